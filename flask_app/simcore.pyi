@@ -1,11 +1,28 @@
 """simcore: exact top-k inner-product search (Rust extension)."""
 
+import os
+import pathlib
 from collections.abc import Sequence
+from typing import final
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DimensionMismatchError", "NonFiniteError", "SimcoreValueError", "top_k"]
+__all__ = [
+    "DimensionMismatchError",
+    "Index",
+    "NonFiniteError",
+    "SimcoreValueError",
+    "quantize_max_scale",
+    "quantize_min_max",
+    "reduce_dims",
+    "simd_level",
+    "supported_simd_levels",
+    "top_k",
+]
+
+_Vector = npt.ArrayLike | Sequence[float]
+_Matrix = npt.ArrayLike | Sequence[Sequence[float]]
 
 class SimcoreValueError(ValueError):
     """Invalid input to simcore."""
@@ -17,11 +34,84 @@ class NonFiniteError(SimcoreValueError):
     """An input holds NaN or infinity."""
 
 def top_k(
-    rows: npt.ArrayLike | Sequence[Sequence[float]],
-    query: npt.ArrayLike | Sequence[float],
-    k: int,
+    rows: _Matrix, query: _Vector, k: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
     """Exact top-k rows of `rows` (n x d) by inner product with `query` (d).
 
     Returns (row indices, scores), best first; ties go to the lower row.
     """
+
+def quantize_max_scale(x: _Vector) -> npt.NDArray[np.int8]:
+    """max-scale int8 codes in [-127, 127] (Lucidworks `vectorQuantizationMethod`)."""
+
+def quantize_min_max(x: _Vector) -> npt.NDArray[np.uint8]:
+    """min-max uint8 codes in [0, 255]."""
+
+def reduce_dims(x: _Vector, n: int) -> npt.NDArray[np.float32]:
+    """Keep the first `n` dimensions and L2-normalise them."""
+
+def simd_level() -> str:
+    """The SIMD level in use (capped by the SIMCORE_SIMD environment variable)."""
+
+def supported_simd_levels() -> list[str]:
+    """Every SIMD level this machine supports, slowest first."""
+
+@final
+class Index:
+    """A collection's vectors: string ids, upsert/delete, exact top-k search.
+    Thread-safe: searches run in parallel (without the GIL), writes are
+    exclusive.
+    """
+
+    def __new__(cls, dim: int) -> Index: ...
+    @staticmethod
+    def create(path: str | os.PathLike[str], dim: int) -> Index:
+        """Create an empty persistent index in directory `path`."""
+    @staticmethod
+    def open(path: str | os.PathLike[str]) -> Index:
+        """Open the persistent index in directory `path`."""
+    @property
+    def dim(self) -> int: ...
+    @property
+    def rows(self) -> int:
+        """Stored rows including deleted ones (what a scan reads)."""
+    @property
+    def deleted_rows(self) -> int: ...
+    @property
+    def path(self) -> pathlib.Path | None: ...
+    @property
+    def threads(self) -> int:
+        """Threads one search may use (default: available cores)."""
+    @threads.setter
+    def threads(self, value: int) -> None: ...
+    @property
+    def scan_bytes(self) -> tuple[int, int]:
+        """Bytes an exact (f32) and an int8 scan read."""
+    def __len__(self) -> int: ...
+    def __contains__(self, key: str, /) -> bool: ...
+    def get(self, id: str) -> npt.NDArray[np.float32] | None:
+        """The stored vector of `id`, or None."""
+    def upsert(self, ids: Sequence[str], vectors: _Matrix) -> tuple[int, int]:
+        """Insert or replace `vectors` (n x dim) under `ids` (n strings).
+        Returns (inserted, replaced). The whole batch is validated first.
+        """
+    def delete(self, ids: Sequence[str]) -> list[bool]:
+        """Delete ids; returns, per id, whether it was present."""
+    def compact(self) -> None:
+        """Drop deleted rows from storage."""
+    def search(
+        self,
+        query: _Vector,
+        k: int,
+        *,
+        mode: str = "exact",
+        oversample: int = 4,
+        allow: Sequence[str] | None = None,
+    ) -> tuple[list[str], npt.NDArray[np.float32]]:
+        """Top-k ids and scores for `query`, best first (ties: earlier insert)."""
+    def search_batch(
+        self, queries: _Matrix, k: int, *, mode: str = "exact", oversample: int = 4
+    ) -> list[tuple[list[str], npt.NDArray[np.float32]]]:
+        """Top-k for each row of `queries` (nq x dim) in one pass over memory."""
+    def read_baseline(self, threads: int | None = None) -> float:
+        """Sum every stored f32 value: a SIMD memory-read baseline."""

@@ -11,6 +11,8 @@ pub enum SimcoreError {
     NonFinite { what: &'static str, index: usize },
     /// Anything else malformed about the arguments.
     Invalid(String),
+    /// Reading or writing an index's files failed (message names the path).
+    Io(String),
 }
 
 impl fmt::Display for SimcoreError {
@@ -25,7 +27,7 @@ impl fmt::Display for SimcoreError {
                     "{what} contains a non-finite value (NaN or inf) at index {index}"
                 )
             }
-            Self::Invalid(msg) => f.write_str(msg),
+            Self::Invalid(msg) | Self::Io(msg) => f.write_str(msg),
         }
     }
 }

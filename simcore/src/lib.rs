@@ -1,24 +1,35 @@
 //! simcore: exact top-k inner-product search.
 //!
-//! The algorithms live in the modules below; this file only holds the Python
+//! The algorithms live in the modules below; `python` only holds the
 //! bindings (argument conversion, GIL release, error mapping).
 
+pub mod cpu;
 pub mod error;
+pub mod file;
+pub mod index;
 pub mod kernels;
+pub mod quant;
 pub mod search;
 pub mod topk;
 
 #[cfg(feature = "python")]
 mod python {
+    use std::path::PathBuf;
+    use std::sync::RwLock;
+
     use numpy::{
         AllowTypeChange, IntoPyArray, PyArray1, PyArrayLike1, PyArrayLike2, PyUntypedArrayMethods,
     };
     use pyo3::create_exception;
-    use pyo3::exceptions::PyValueError;
+    use pyo3::exceptions::{PyOSError, PyValueError};
     use pyo3::prelude::*;
 
+    use crate::cpu;
     use crate::error::SimcoreError;
+    use crate::index::{Index as CoreIndex, Mode};
+    use crate::quant;
     use crate::search::top_k_f32;
+    use crate::topk::Hit;
 
     create_exception!(
         simcore,
@@ -45,12 +56,31 @@ mod python {
             SimcoreError::DimensionMismatch { .. } => DimensionMismatchError::new_err(msg),
             SimcoreError::NonFinite { .. } => NonFiniteError::new_err(msg),
             SimcoreError::Invalid(_) => SimcoreValueError::new_err(msg),
+            SimcoreError::Io(_) => PyOSError::new_err(msg),
         }
     }
 
-    type TopK<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<f32>>);
+    type Scored<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<f32>>);
+    type IdsScores<'py> = (Vec<String>, Bound<'py, PyArray1<f32>>);
 
-    /// Exact top-k rows of `rows` (n × d) by inner product with `query` (d).
+    /// Owned copy of a 2-D float array plus its column count.
+    fn matrix(values: &PyArrayLike2<'_, f32, AllowTypeChange>) -> (Vec<f32>, usize, usize) {
+        let shape = values.shape();
+        let owned = match values.as_slice() {
+            Ok(slice) => slice.to_vec(),
+            Err(_) => values.as_array().iter().copied().collect(),
+        };
+        (owned, shape[0], shape[1])
+    }
+
+    fn vector(values: &PyArrayLike1<'_, f32, AllowTypeChange>) -> Vec<f32> {
+        match values.as_slice() {
+            Ok(slice) => slice.to_vec(),
+            Err(_) => values.as_array().iter().copied().collect(),
+        }
+    }
+
+    /// Exact top-k rows of `rows` (n x d) by inner product with `query` (d).
     /// Returns (row indices, scores), best first; ties go to the lower row.
     #[pyfunction]
     #[pyo3(signature = (rows, query, k))]
@@ -59,17 +89,14 @@ mod python {
         rows: PyArrayLike2<'py, f32, AllowTypeChange>,
         query: PyArrayLike1<'py, f32, AllowTypeChange>,
         k: usize,
-    ) -> PyResult<TopK<'py>> {
-        let dim = rows.shape()[1];
+    ) -> PyResult<Scored<'py>> {
+        let (rows, _, dim) = matrix(&rows);
         if dim == 0 {
             return Err(SimcoreValueError::new_err(
                 "rows must have at least one column",
             ));
         }
-        // Owned copies: the scan runs without the GIL, so it must not read
-        // memory that Python code could mutate meanwhile.
-        let rows: Vec<f32> = rows.as_array().iter().copied().collect();
-        let query: Vec<f32> = query.as_array().iter().copied().collect();
+        let query = vector(&query);
         let hits = py
             .detach(|| top_k_f32(&rows, dim, &query, k))
             .map_err(to_py)?;
@@ -78,10 +105,312 @@ mod python {
         Ok((ids.into_pyarray(py), scores.into_pyarray(py)))
     }
 
+    /// max-scale int8 codes in [-127, 127] (Lucidworks `vectorQuantizationMethod`).
+    #[pyfunction]
+    fn quantize_max_scale<'py>(
+        py: Python<'py>,
+        x: PyArrayLike1<'py, f32, AllowTypeChange>,
+    ) -> PyResult<Bound<'py, PyArray1<i8>>> {
+        let x = vector(&x);
+        crate::error::check_finite(&x, "vector").map_err(to_py)?;
+        Ok(quant::max_scale(&x).0.into_pyarray(py))
+    }
+
+    /// min-max uint8 codes in [0, 255].
+    #[pyfunction]
+    fn quantize_min_max<'py>(
+        py: Python<'py>,
+        x: PyArrayLike1<'py, f32, AllowTypeChange>,
+    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let x = vector(&x);
+        crate::error::check_finite(&x, "vector").map_err(to_py)?;
+        Ok(quant::min_max(&x).into_pyarray(py))
+    }
+
+    /// Keep the first `n` dimensions and L2-normalise them.
+    #[pyfunction]
+    fn reduce_dims<'py>(
+        py: Python<'py>,
+        x: PyArrayLike1<'py, f32, AllowTypeChange>,
+        n: usize,
+    ) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        let x = vector(&x);
+        crate::error::check_finite(&x, "vector").map_err(to_py)?;
+        Ok(quant::reduce_dims(&x, n).map_err(to_py)?.into_pyarray(py))
+    }
+
+    /// The SIMD level in use (capped by the SIMCORE_SIMD environment variable).
+    #[pyfunction]
+    fn simd_level() -> &'static str {
+        cpu::level().name()
+    }
+
+    /// Every SIMD level this machine supports, slowest first.
+    #[pyfunction]
+    fn supported_simd_levels() -> Vec<&'static str> {
+        cpu::supported().into_iter().map(cpu::Level::name).collect()
+    }
+
+    fn parse_mode(mode: &str, oversample: usize) -> PyResult<Mode> {
+        match mode {
+            "exact" => Ok(Mode::Exact),
+            "int8" if oversample >= 1 => Ok(Mode::Int8 { oversample }),
+            "int8" => Err(SimcoreValueError::new_err("oversample must be >= 1")),
+            other => Err(SimcoreValueError::new_err(format!(
+                "mode must be 'exact' or 'int8', got {other:?}"
+            ))),
+        }
+    }
+
+    fn check_k(k: usize) -> PyResult<()> {
+        if k == 0 || k > 100_000 {
+            return Err(SimcoreValueError::new_err(format!(
+                "k must be 1..=100000, got {k}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A collection's vectors: string ids, upsert/delete, exact top-k search.
+    /// Thread-safe: searches run in parallel (without the GIL), writes are
+    /// exclusive.
+    #[pyclass(frozen, module = "flask_app.simcore")]
+    struct Index {
+        inner: RwLock<CoreIndex>,
+    }
+
+    impl Index {
+        fn read(&self) -> std::sync::RwLockReadGuard<'_, CoreIndex> {
+            self.inner.read().unwrap_or_else(|e| e.into_inner())
+        }
+
+        fn write(&self) -> std::sync::RwLockWriteGuard<'_, CoreIndex> {
+            self.inner.write().unwrap_or_else(|e| e.into_inner())
+        }
+
+        fn wrap(index: CoreIndex) -> Self {
+            Index {
+                inner: RwLock::new(index),
+            }
+        }
+
+        fn hits_to_py<'py>(py: Python<'py>, index: &CoreIndex, hits: &[Hit]) -> IdsScores<'py> {
+            let ids = hits.iter().map(|h| index.id_of(h.row).to_owned()).collect();
+            let scores: Vec<f32> = hits.iter().map(|h| h.score).collect();
+            (ids, scores.into_pyarray(py))
+        }
+    }
+
+    #[pymethods]
+    impl Index {
+        /// An empty in-memory index of dimension `dim`.
+        #[new]
+        fn new(dim: usize) -> PyResult<Self> {
+            Ok(Self::wrap(CoreIndex::new(dim).map_err(to_py)?))
+        }
+
+        /// Create an empty persistent index in directory `path`.
+        #[staticmethod]
+        fn create(py: Python<'_>, path: PathBuf, dim: usize) -> PyResult<Self> {
+            Ok(Self::wrap(
+                py.detach(|| CoreIndex::create(&path, dim)).map_err(to_py)?,
+            ))
+        }
+
+        /// Open the persistent index in directory `path`.
+        #[staticmethod]
+        fn open(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+            Ok(Self::wrap(
+                py.detach(|| CoreIndex::open(&path)).map_err(to_py)?,
+            ))
+        }
+
+        #[getter]
+        fn dim(&self) -> usize {
+            self.read().dim()
+        }
+
+        /// Stored rows including deleted ones (what a scan reads).
+        #[getter]
+        fn rows(&self) -> usize {
+            self.read().rows()
+        }
+
+        #[getter]
+        fn deleted_rows(&self) -> usize {
+            self.read().deleted_rows()
+        }
+
+        #[getter]
+        fn path(&self) -> Option<PathBuf> {
+            self.read().path().map(PathBuf::from)
+        }
+
+        /// Threads one search may use (default: available cores).
+        #[getter]
+        fn threads(&self) -> usize {
+            self.read().threads()
+        }
+
+        #[setter]
+        fn set_threads(&self, threads: usize) {
+            self.write().set_threads(threads);
+        }
+
+        fn __len__(&self) -> usize {
+            self.read().len()
+        }
+
+        fn __contains__(&self, id: &str) -> bool {
+            self.read().contains(id)
+        }
+
+        /// The stored vector of `id`, or None.
+        fn get<'py>(&self, py: Python<'py>, id: &str) -> Option<Bound<'py, PyArray1<f32>>> {
+            self.read().get(id).map(|v| v.into_pyarray(py))
+        }
+
+        /// Insert or replace `vectors` (n x dim) under `ids` (n strings).
+        /// Returns (inserted, replaced). The whole batch is validated first.
+        fn upsert(
+            &self,
+            py: Python<'_>,
+            ids: Vec<String>,
+            vectors: PyArrayLike2<'_, f32, AllowTypeChange>,
+        ) -> PyResult<(usize, usize)> {
+            let (values, n, d) = matrix(&vectors);
+            if n != ids.len() {
+                return Err(SimcoreValueError::new_err(format!(
+                    "{} ids for {n} vectors",
+                    ids.len()
+                )));
+            }
+            let dim = self.read().dim();
+            if n > 0 && d != dim {
+                return Err(to_py(SimcoreError::DimensionMismatch {
+                    expected: dim,
+                    got: d,
+                }));
+            }
+            let stats = py
+                .detach(|| self.write().upsert(&ids, &values))
+                .map_err(to_py)?;
+            Ok((stats.inserted, stats.replaced))
+        }
+
+        /// Delete ids; returns, per id, whether it was present.
+        fn delete(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<Vec<bool>> {
+            py.detach(|| self.write().delete(&ids)).map_err(to_py)
+        }
+
+        /// Drop deleted rows from storage.
+        fn compact(&self, py: Python<'_>) -> PyResult<()> {
+            py.detach(|| self.write().compact()).map_err(to_py)
+        }
+
+        /// Top-k ids and scores for `query`, best first (ties: earlier insert).
+        /// mode "exact" scans f32; "int8" scans int8 codes, then rescores the
+        /// best k x oversample exactly. `allow` restricts the search to those ids.
+        #[pyo3(signature = (query, k, *, mode = "exact", oversample = 4, allow = None))]
+        fn search<'py>(
+            &self,
+            py: Python<'py>,
+            query: PyArrayLike1<'py, f32, AllowTypeChange>,
+            k: usize,
+            mode: &str,
+            oversample: usize,
+            allow: Option<Vec<String>>,
+        ) -> PyResult<IdsScores<'py>> {
+            check_k(k)?;
+            let mode = parse_mode(mode, oversample)?;
+            let query = vector(&query);
+            let guard = self.read();
+            let index = &*guard;
+            let hits = py
+                .detach(|| {
+                    let rows: Option<Vec<u32>> = allow.map(|ids| {
+                        let mut rows: Vec<u32> =
+                            ids.iter().filter_map(|id| index.row_of(id)).collect();
+                        rows.sort_unstable();
+                        rows.dedup();
+                        rows
+                    });
+                    index.search(&query, k, mode, rows.as_deref())
+                })
+                .map_err(to_py)?;
+            Ok(Self::hits_to_py(py, index, &hits))
+        }
+
+        /// Top-k for each row of `queries` (nq x dim) in one pass over memory.
+        #[pyo3(signature = (queries, k, *, mode = "exact", oversample = 4))]
+        fn search_batch<'py>(
+            &self,
+            py: Python<'py>,
+            queries: PyArrayLike2<'py, f32, AllowTypeChange>,
+            k: usize,
+            mode: &str,
+            oversample: usize,
+        ) -> PyResult<Vec<IdsScores<'py>>> {
+            check_k(k)?;
+            let mode = parse_mode(mode, oversample)?;
+            let (values, _, d) = matrix(&queries);
+            let guard = self.read();
+            let index = &*guard;
+            if !values.is_empty() && d != index.dim() {
+                return Err(to_py(SimcoreError::DimensionMismatch {
+                    expected: index.dim(),
+                    got: d,
+                }));
+            }
+            let results = py
+                .detach(|| index.search_batch(&values, k, mode))
+                .map_err(to_py)?;
+            Ok(results
+                .iter()
+                .map(|hits| Self::hits_to_py(py, index, hits))
+                .collect())
+        }
+
+        /// Sum every stored f32 value with `threads` threads (default: the
+        /// search thread count): a SIMD memory-read baseline over the same bytes
+        /// an exact scan reads.
+        #[pyo3(signature = (threads = None))]
+        fn read_baseline(&self, py: Python<'_>, threads: Option<usize>) -> f32 {
+            let guard = self.read();
+            let index = &*guard;
+            let threads = threads.unwrap_or(index.threads());
+            py.detach(|| index.read_baseline(threads))
+        }
+
+        /// Bytes an exact (f32) and an int8 scan read.
+        #[getter]
+        fn scan_bytes(&self) -> (usize, usize) {
+            let index = self.read();
+            index.scan_bytes()
+        }
+
+        fn __repr__(&self) -> String {
+            let index = self.read();
+            format!(
+                "Index(dim={}, len={}, rows={}, path={:?})",
+                index.dim(),
+                index.len(),
+                index.rows(),
+                index.path()
+            )
+        }
+    }
+
     #[pymodule]
     fn simcore(m: &Bound<'_, PyModule>) -> PyResult<()> {
         let py = m.py();
         m.add_function(wrap_pyfunction!(top_k, m)?)?;
+        m.add_function(wrap_pyfunction!(quantize_max_scale, m)?)?;
+        m.add_function(wrap_pyfunction!(quantize_min_max, m)?)?;
+        m.add_function(wrap_pyfunction!(reduce_dims, m)?)?;
+        m.add_function(wrap_pyfunction!(simd_level, m)?)?;
+        m.add_function(wrap_pyfunction!(supported_simd_levels, m)?)?;
+        m.add_class::<Index>()?;
         m.add("SimcoreValueError", py.get_type::<SimcoreValueError>())?;
         m.add(
             "DimensionMismatchError",

@@ -1,8 +1,10 @@
 //! Exhaustive top-k by inner product over a row-major f32 matrix.
 
 use crate::error::{SimcoreError, check_finite};
-use crate::kernels::dot_f32;
+use crate::kernels::Kernels;
 use crate::topk::{Hit, TopK};
+
+const BLOCK: usize = 256;
 
 /// Scores every row of `rows` (row-major, `dim` columns) against `query`
 /// and returns the best `k`, highest score first, ties to the lower row.
@@ -15,7 +17,7 @@ pub fn top_k_f32(
     if dim == 0 {
         return Err(SimcoreError::Invalid("dimension must be at least 1".into()));
     }
-    if rows.len() % dim != 0 {
+    if !rows.len().is_multiple_of(dim) {
         return Err(SimcoreError::Invalid(format!(
             "rows hold {} values, not a multiple of the dimension {dim}",
             rows.len()
@@ -28,12 +30,15 @@ pub fn top_k_f32(
         });
     }
     check_finite(query, "query")?;
+    let kernels = Kernels::get();
     let mut best = TopK::new(k);
-    for (row, vector) in rows.chunks_exact(dim).enumerate() {
-        best.push(Hit {
-            score: dot_f32(vector, query),
-            row,
-        });
+    let mut buf = [0.0f32; BLOCK];
+    for (b, block) in rows.chunks(BLOCK * dim).enumerate() {
+        let n = block.len() / dim;
+        (kernels.dots_f32)(query, block, dim, &mut buf[..n]);
+        for (j, &score) in buf[..n].iter().enumerate() {
+            best.push(score, b * BLOCK + j);
+        }
     }
     Ok(best.into_sorted())
 }

@@ -34,6 +34,9 @@ impl PartialOrd for Hit {
 pub struct TopK {
     k: usize,
     heap: BinaryHeap<Hit>,
+    /// Score of the worst kept hit once k are held; anything below is rejected
+    /// with one comparison.
+    floor: f32,
 }
 
 impl TopK {
@@ -41,31 +44,34 @@ impl TopK {
         Self {
             k,
             heap: BinaryHeap::with_capacity(k + 1),
-        }
-    }
-
-    /// Score a hit must beat to enter (None while fewer than k are held).
-    #[inline]
-    pub fn floor(&self) -> Option<f32> {
-        if self.heap.len() < self.k {
-            None
-        } else {
-            self.heap.peek().map(|h| h.score)
+            floor: f32::NEG_INFINITY,
         }
     }
 
     #[inline]
-    pub fn push(&mut self, hit: Hit) {
-        if self.k == 0 {
+    pub fn push(&mut self, score: f32, row: usize) {
+        if score < self.floor || self.k == 0 {
             return;
         }
+        let hit = Hit { score, row };
         if self.heap.len() < self.k {
             self.heap.push(hit);
-        } else if let Some(worst) = self.heap.peek() {
-            if hit < *worst {
-                self.heap.pop();
-                self.heap.push(hit);
-            }
+        } else if let Some(mut worst) = self.heap.peek_mut()
+            && hit < *worst
+        {
+            *worst = hit; // sifts down when `worst` drops
+        } else {
+            return;
+        }
+        if self.heap.len() == self.k {
+            self.floor = self.heap.peek().map_or(f32::NEG_INFINITY, |h| h.score);
+        }
+    }
+
+    /// Merge another collector's hits into this one.
+    pub fn merge(&mut self, other: TopK) {
+        for hit in other.heap {
+            self.push(hit.score, hit.row);
         }
     }
 
@@ -82,7 +88,7 @@ mod tests {
     fn run(scores: &[f32], k: usize) -> Vec<(usize, f32)> {
         let mut t = TopK::new(k);
         for (row, &score) in scores.iter().enumerate() {
-            t.push(Hit { score, row });
+            t.push(score, row);
         }
         t.into_sorted()
             .into_iter()
@@ -104,6 +110,16 @@ mod tests {
     }
 
     #[test]
+    fn ties_at_the_floor_keep_the_earlier_row() {
+        assert_eq!(run(&[0.9, 0.5, 0.5], 2), vec![(0, 0.9), (1, 0.5)]);
+        // rows arriving out of order (as after a merge) still resolve to the lowest row
+        let mut t = TopK::new(1);
+        t.push(0.5, 7);
+        t.push(0.5, 3);
+        assert_eq!(t.into_sorted()[0].row, 3);
+    }
+
+    #[test]
     fn k_larger_than_n_returns_all() {
         assert_eq!(run(&[0.2, 0.3], 10), vec![(1, 0.3), (0, 0.2)]);
     }
@@ -111,5 +127,23 @@ mod tests {
     #[test]
     fn k_zero_is_empty() {
         assert!(run(&[1.0], 0).is_empty());
+    }
+
+    #[test]
+    fn merge_equals_single_pass() {
+        let scores: Vec<f32> = (0..100).map(|i| ((i * 37) % 23) as f32).collect();
+        let mut a = TopK::new(5);
+        let mut b = TopK::new(5);
+        for (row, &s) in scores.iter().enumerate() {
+            if row < 50 {
+                a.push(s, row)
+            } else {
+                b.push(s, row)
+            }
+        }
+        a.merge(b);
+        let merged: Vec<_> = a.into_sorted().into_iter().map(|h| h.row).collect();
+        let single: Vec<_> = run(&scores, 5).into_iter().map(|(r, _)| r).collect();
+        assert_eq!(merged, single);
     }
 }

@@ -1,0 +1,361 @@
+//! Index behaviour: upsert/delete/compact, search modes, filters, batches,
+//! persistence and crash recovery.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use simcore::error::SimcoreError;
+use simcore::index::{Index, Mode};
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "simcore-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn vectors(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    (0..n * dim)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+fn ids(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("id-{i}")).collect()
+}
+
+/// Reference: exact scores sorted by (score desc, insertion order asc).
+fn brute(index_vectors: &[(String, Vec<f32>)], q: &[f32], k: usize) -> Vec<String> {
+    let mut scored: Vec<(f32, usize, &String)> = index_vectors
+        .iter()
+        .enumerate()
+        .map(|(i, (id, v))| (v.iter().zip(q).map(|(a, b)| a * b).sum(), i, id))
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored
+        .into_iter()
+        .take(k)
+        .map(|(_, _, id)| id.clone())
+        .collect()
+}
+
+fn hit_ids(index: &Index, hits: &[simcore::topk::Hit]) -> Vec<String> {
+    hits.iter().map(|h| index.id_of(h.row).to_owned()).collect()
+}
+
+#[test]
+fn exact_search_matches_brute_force() {
+    let dim = 37;
+    let mut index = Index::new(dim).unwrap();
+    let data = vectors(500, dim, 1);
+    let names = ids(0..500);
+    index.upsert(&names, &data).unwrap();
+    let reference: Vec<(String, Vec<f32>)> = names
+        .iter()
+        .cloned()
+        .zip(data.chunks(dim).map(<[f32]>::to_vec))
+        .collect();
+    for (qi, q) in vectors(5, dim, 2).chunks(dim).enumerate() {
+        let hits = index.search(q, 10, Mode::Exact, None).unwrap();
+        assert_eq!(
+            hit_ids(&index, &hits),
+            brute(&reference, q, 10),
+            "query {qi}"
+        );
+    }
+}
+
+#[test]
+fn upsert_replaces_and_delete_hides() {
+    let mut index = Index::new(4).unwrap();
+    let stats = index
+        .upsert(&["a", "b"], &[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0])
+        .unwrap();
+    assert_eq!((stats.inserted, stats.replaced), (2, 0));
+    let stats = index.upsert(&["a"], &[0.0, 0.0, 1.0, 0.0]).unwrap();
+    assert_eq!((stats.inserted, stats.replaced), (0, 1));
+    assert_eq!(index.len(), 2);
+    assert_eq!(index.rows(), 3);
+    assert_eq!(index.get("a").unwrap(), vec![0.0, 0.0, 1.0, 0.0]);
+    let hits = index
+        .search(&[1.0, 0.0, 0.0, 0.0], 5, Mode::Exact, None)
+        .unwrap();
+    assert_eq!(hits.len(), 2, "the replaced row is not returned");
+    assert_eq!(
+        index.delete(&["b", "zzz", "b"]).unwrap(),
+        vec![true, false, false]
+    );
+    assert_eq!(index.len(), 1);
+    let hits = index
+        .search(&[0.0, 1.0, 0.0, 0.0], 5, Mode::Exact, None)
+        .unwrap();
+    assert_eq!(hit_ids(&index, &hits), vec!["a"]);
+    index.compact().unwrap();
+    assert_eq!((index.len(), index.rows(), index.deleted_rows()), (1, 1, 0));
+    assert_eq!(index.get("a").unwrap(), vec![0.0, 0.0, 1.0, 0.0]);
+}
+
+#[test]
+fn bad_batches_change_nothing() {
+    let mut index = Index::new(3).unwrap();
+    index.upsert(&["a"], &[1.0, 2.0, 3.0]).unwrap();
+    let dup = index.upsert(&["x", "x"], &[0.0; 6]).unwrap_err();
+    assert!(dup.to_string().contains("duplicate id \"x\""));
+    let nan = index.upsert(&["y"], &[0.0, f32::NAN, 0.0]).unwrap_err();
+    assert!(matches!(nan, SimcoreError::NonFinite { index: 1, .. }));
+    let dim = index.upsert(&["z"], &[0.0; 4]).unwrap_err();
+    assert!(matches!(
+        dim,
+        SimcoreError::DimensionMismatch { expected: 3, .. }
+    ));
+    assert_eq!((index.len(), index.rows()), (1, 1));
+}
+
+#[test]
+fn int8_rescored_search_recalls_exact_results() {
+    let dim = 64;
+    let mut index = Index::new(dim).unwrap();
+    let data = vectors(5000, dim, 3);
+    index.upsert(&ids(0..5000), &data).unwrap();
+    let mut found = 0;
+    let queries = vectors(20, dim, 4);
+    for q in queries.chunks(dim) {
+        let exact = index.search(q, 10, Mode::Exact, None).unwrap();
+        let approx = index
+            .search(q, 10, Mode::Int8 { oversample: 4 }, None)
+            .unwrap();
+        found += approx
+            .iter()
+            .filter(|h| exact.iter().any(|e| e.row == h.row))
+            .count();
+        // rescored scores are exact f32 scores
+        for h in &approx {
+            let want: f32 = data[h.row * dim..(h.row + 1) * dim]
+                .iter()
+                .zip(q)
+                .map(|(a, b)| a * b)
+                .sum();
+            assert!((h.score - want).abs() < 1e-4);
+        }
+    }
+    assert!(found as f64 / 200.0 >= 0.99, "recall {found}/200");
+}
+
+#[test]
+fn filtered_search_only_returns_allowed_rows() {
+    let dim = 8;
+    let mut index = Index::new(dim).unwrap();
+    index.upsert(&ids(0..100), &vectors(100, dim, 5)).unwrap();
+    let allow: Vec<u32> = (0..100).filter(|r| r % 7 == 0).collect();
+    let q = vectors(1, dim, 6);
+    for mode in [Mode::Exact, Mode::Int8 { oversample: 3 }] {
+        let hits = index.search(&q, 5, mode, Some(&allow)).unwrap();
+        assert_eq!(hits.len(), 5);
+        assert!(hits.iter().all(|h| h.row % 7 == 0));
+    }
+    assert!(index.search(&q, 5, Mode::Exact, Some(&[100])).is_err());
+}
+
+#[test]
+fn batch_equals_single_searches_and_threads_agree() {
+    let dim = 48;
+    let mut index = Index::new(dim).unwrap();
+    index
+        .upsert(&ids(0..60_000), &vectors(60_000, dim, 7))
+        .unwrap();
+    index.delete(&["id-5", "id-77"]).unwrap();
+    let queries = vectors(9, dim, 8);
+    for mode in [Mode::Exact, Mode::Int8 { oversample: 4 }] {
+        let batch = index.search_batch(&queries, 7, mode).unwrap();
+        for (q, got) in queries.chunks(dim).zip(&batch) {
+            let single = index.search(q, 7, mode, None).unwrap();
+            assert_eq!(
+                got.iter().map(|h| h.row).collect::<Vec<_>>(),
+                single.iter().map(|h| h.row).collect::<Vec<_>>()
+            );
+        }
+    }
+    let q = &queries[..dim];
+    let two = index.search(q, 20, Mode::Exact, None).unwrap();
+    index.set_threads(1);
+    let one = index.search(q, 20, Mode::Exact, None).unwrap();
+    assert_eq!(two, one);
+}
+
+#[test]
+fn k_larger_than_live_rows_returns_all_live() {
+    let mut index = Index::new(2).unwrap();
+    index
+        .upsert(&["a", "b", "c"], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+        .unwrap();
+    index.delete(&["b"]).unwrap();
+    let hits = index.search(&[1.0, 1.0], 1000, Mode::Exact, None).unwrap();
+    assert_eq!(hit_ids(&index, &hits), vec!["c", "a"]);
+}
+
+#[test]
+fn persistent_index_survives_reopen() {
+    let tmp = TempDir::new();
+    let dim = 20;
+    let data = vectors(300, dim, 9);
+    {
+        let mut index = Index::create(&tmp.0, dim).unwrap();
+        index.upsert(&ids(0..200), &data[..200 * dim]).unwrap();
+        index.upsert(&ids(200..300), &data[200 * dim..]).unwrap();
+        index.delete(&["id-3"]).unwrap();
+        index.upsert(&["id-4"], &data[..dim]).unwrap();
+    }
+    let index = Index::open(&tmp.0).unwrap();
+    assert_eq!(index.len(), 299);
+    assert!(!index.contains("id-3"));
+    assert_eq!(index.get("id-4").unwrap(), data[..dim].to_vec());
+    assert_eq!(
+        index.get("id-250").unwrap(),
+        data[250 * dim..251 * dim].to_vec()
+    );
+    let q = &data[10 * dim..11 * dim];
+    let hits = index.search(q, 1, Mode::Exact, None).unwrap();
+    assert_eq!(index.id_of(hits[0].row), "id-10");
+    assert!(
+        Index::create(&tmp.0, dim).is_err(),
+        "create never overwrites"
+    );
+}
+
+#[test]
+fn compaction_survives_reopen_and_keeps_appending() {
+    let tmp = TempDir::new();
+    let dim = 16;
+    let data = vectors(50, dim, 10);
+    {
+        let mut index = Index::create(&tmp.0, dim).unwrap();
+        index.upsert(&ids(0..50), &data).unwrap();
+        index.delete(&ids(0..25)).unwrap();
+        index.compact().unwrap();
+        assert_eq!((index.len(), index.rows()), (25, 25));
+        index.upsert(&["new"], &data[..dim]).unwrap();
+    }
+    let index = Index::open(&tmp.0).unwrap();
+    assert_eq!((index.len(), index.rows()), (26, 26));
+    assert_eq!(index.get("new").unwrap(), data[..dim].to_vec());
+    assert_eq!(
+        index.get("id-30").unwrap(),
+        data[30 * dim..31 * dim].to_vec()
+    );
+    let gens: Vec<_> = fs::read_dir(&tmp.0)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("gen-"))
+        .collect();
+    assert_eq!(gens.len(), 1, "old generations are removed");
+}
+
+fn generation(root: &std::path::Path) -> PathBuf {
+    root.join(fs::read_to_string(root.join("CURRENT")).unwrap().trim())
+}
+
+#[test]
+fn torn_tail_is_dropped_on_open() {
+    let tmp = TempDir::new();
+    let dim = 8;
+    let data = vectors(10, dim, 11);
+    {
+        let mut index = Index::create(&tmp.0, dim).unwrap();
+        index.upsert(&ids(0..10), &data).unwrap();
+    }
+    // A crash mid-append: data written past the committed length, header not updated.
+    let gen_dir = generation(&tmp.0);
+    for (name, junk) in [
+        ("f32", 100usize),
+        ("i8", 64),
+        ("meta", 8),
+        ("ids", 7),
+        ("deleted", 4),
+    ] {
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(gen_dir.join(name))
+            .unwrap();
+        f.write_all(&vec![0xAB; junk]).unwrap();
+    }
+    let mut index = Index::open(&tmp.0).unwrap();
+    assert_eq!(index.len(), 10);
+    assert_eq!(index.get("id-9").unwrap(), data[9 * dim..].to_vec());
+    // and appending after recovery works and persists
+    index.upsert(&["after"], &data[..dim]).unwrap();
+    drop(index);
+    let index = Index::open(&tmp.0).unwrap();
+    assert_eq!(index.len(), 11);
+    assert_eq!(index.get("after").unwrap(), data[..dim].to_vec());
+}
+
+#[test]
+fn one_corrupt_header_slot_falls_back_to_the_other() {
+    let tmp = TempDir::new();
+    let dim = 4;
+    {
+        let mut index = Index::create(&tmp.0, dim).unwrap();
+        index.upsert(&["a"], &[1.0, 0.0, 0.0, 0.0]).unwrap(); // seq 3 → slot 1
+        index.upsert(&["b"], &[0.0, 1.0, 0.0, 0.0]).unwrap(); // seq 4 → slot 0
+    }
+    let header = generation(&tmp.0).join("header");
+    let mut bytes = fs::read(&header).unwrap();
+    bytes[40] ^= 0xFF; // corrupt slot 0 (the newest)
+    fs::write(&header, &bytes).unwrap();
+    let index = Index::open(&tmp.0).unwrap();
+    // the older commit is intact; the newer row's bytes are a torn tail now
+    assert_eq!(index.len(), 1);
+    assert!(index.contains("a"));
+}
+
+#[test]
+fn fully_corrupt_or_truncated_files_are_errors_not_panics() {
+    let tmp = TempDir::new();
+    {
+        let mut index = Index::create(&tmp.0, 4).unwrap();
+        index.upsert(&["a", "b"], &[1.0; 8]).unwrap();
+    }
+    let gen_dir = generation(&tmp.0);
+    let f32_file = gen_dir.join("f32");
+    let len = fs::metadata(&f32_file).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(&f32_file)
+        .unwrap()
+        .set_len(len - 4)
+        .unwrap();
+    let err = Index::open(&tmp.0)
+        .err()
+        .expect("truncated data must not open");
+    assert!(err.to_string().contains("truncated index"), "{err}");
+
+    fs::write(gen_dir.join("header"), vec![0u8; 8192]).unwrap();
+    let err = Index::open(&tmp.0)
+        .err()
+        .expect("corrupt header must not open");
+    assert!(err.to_string().contains("no valid header"), "{err}");
+
+    assert!(Index::open(&tmp.0.join("missing")).is_err());
+}
