@@ -6,6 +6,7 @@ from flask import Flask
 
 from flask_app import extensions
 from flask_app.api import errors, moorcheh
+from flask_app.api.json_body import OrjsonProvider
 from flask_app.services import Services, load_services
 from flask_app.settings import Settings
 
@@ -13,7 +14,8 @@ from flask_app.settings import Settings
 def create_app(settings: Settings, services: Services | None = None) -> Flask:
     """Build the app; `services` defaults to the real models named by `settings`."""
     app = Flask("edgerag")
-    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.json = OrjsonProvider(app)
+    app.config["MAX_CONTENT_LENGTH"] = int(settings.max_body_mb * 1024 * 1024)
     extensions.install(app, settings, services if services is not None else load_services(settings))
     app.register_blueprint(moorcheh.blueprint)
     errors.register(app)

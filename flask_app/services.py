@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from flask_app.embed import Embedder, LlamaEmbedder
 from flask_app.llm import LLM, LlamaBackend
 from flask_app.settings import Settings
+from flask_app.store import Store
 
 _log = logging.getLogger("edgerag")
 
@@ -18,6 +19,7 @@ class ModelMissing(RuntimeError):
 
 @dataclass
 class Services:
+    store: Store
     llm: LLM | None
     embedder: Embedder | None
 
@@ -49,4 +51,4 @@ def load_services(settings: Settings) -> Services:
         _require("embedding model file", path)
         _log.info("loading embedder %s", path)
         embedder = LlamaEmbedder(path, n_threads=settings.llm_threads)
-    return Services(llm=llm, embedder=embedder)
+    return Services(store=Store(settings.data_dir), llm=llm, embedder=embedder)

@@ -76,6 +76,16 @@ class Settings:
         metadata=_help("deadline in seconds for one LLM request, queueing included"),
     )
     max_tokens: int = field(default=512, metadata=_help("most tokens one answer may generate"))
+    max_items: int = field(
+        default=10_000, metadata=_help("item cap of the moorcheh-edge store; 0 means no cap")
+    )
+    max_body_mb: float = field(
+        default=64.0, metadata=_help("largest request body in MB; larger ones get 413")
+    )
+    score_mapping: str = field(
+        default="clip",
+        metadata=_help("cosine -> [0, 1] score: clip = max(0, cos), shift = (cos + 1) / 2"),
+    )
 
     def __post_init__(self) -> None:
         checks = [
@@ -87,6 +97,9 @@ class Settings:
             (self.request_timeout > 0, "request_timeout must be > 0"),
             (1 <= self.max_tokens < self.n_ctx, "max_tokens must be 1..n_ctx-1"),
             (self.quant in ("q4_0", "q4_k_m"), "quant must be q4_0 or q4_k_m"),
+            (self.max_items >= 0, "max_items must be >= 0"),
+            (self.max_body_mb > 0, "max_body_mb must be > 0"),
+            (self.score_mapping in ("clip", "shift"), "score_mapping must be clip or shift"),
         ]
         for ok, message in checks:
             if not ok:

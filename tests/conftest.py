@@ -15,6 +15,7 @@ from flask_app.embed import HashEmbedder
 from flask_app.llm import LLM, ScriptedBackend
 from flask_app.services import Services
 from flask_app.settings import Settings
+from flask_app.store import Store
 
 
 @pytest.fixture
@@ -23,9 +24,11 @@ def settings(tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def fake_services() -> Services:
+def fake_services(settings: Settings) -> Services:
     return Services(
-        llm=LLM(ScriptedBackend(), max_waiters=2, timeout=10.0), embedder=HashEmbedder()
+        store=Store(settings.data_dir),
+        llm=LLM(ScriptedBackend(), max_waiters=2, timeout=10.0),
+        embedder=HashEmbedder(),
     )
 
 

@@ -7,7 +7,9 @@ import logging
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
+from flask_app.api.json_body import BadRequest
 from flask_app.llm import LLMFailed, LLMOverloaded, LLMTimeout
+from flask_app.store import CapacityError, StoreError
 
 _log = logging.getLogger("edgerag")
 
@@ -21,7 +23,33 @@ def register(app: Flask) -> None:
     def http_error(exc: HTTPException) -> tuple[Response, int]:
         if exc.code == 500:
             _log.error("unhandled error", exc_info=getattr(exc, "original_exception", None))
+        if exc.code == 413:
+            limit = app.config.get("MAX_CONTENT_LENGTH") or 0
+            return _json(
+                413, f"request body is larger than the limit of {limit} bytes (--max-body-mb)"
+            )
         return _json(exc.code or 500, exc.description or exc.name)
+
+    @app.errorhandler(BadRequest)
+    def bad_request(exc: BadRequest) -> tuple[Response, int]:
+        word = "failure" if exc.status == 409 else "error"
+        return jsonify(status=word, message=exc.message, **exc.extra), exc.status
+
+    @app.errorhandler(CapacityError)
+    def capacity(exc: CapacityError) -> tuple[Response, int]:
+        # Exact body moorcheh-edge clients check (`is_item_limit_exceeded`).
+        return jsonify(
+            status="failure",
+            message=str(exc),
+            items=exc.current,
+            max_items=exc.max_items,
+            requested_new=exc.requested_new,
+        ), 409
+
+    @app.errorhandler(StoreError)
+    def store_error(exc: StoreError) -> tuple[Response, int]:
+        word = "failure" if exc.status == 409 else "error"
+        return jsonify(status=word, message=str(exc)), exc.status
 
     @app.errorhandler(LLMOverloaded)
     def overloaded(exc: LLMOverloaded) -> tuple[Response, int]:

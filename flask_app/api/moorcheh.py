@@ -1,20 +1,68 @@
-"""moorcheh-edge HTTP surface (spec: shared/spec/moorcheh-edge.md)."""
+"""moorcheh-edge HTTP surface (spec: shared/spec/moorcheh-edge.md).
+
+Thin adapter: parse and validate, call the store, shape the response.
+Extensions beyond moorcheh-edge: text queries and text-only uploads (the
+server embeds), per-item metadata and a metadata filter on /search, /export
+pagination and opt-in vectors, `execution_time` on /search, no item cap.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from flask import Blueprint, current_app, jsonify
+import numpy as np
+import numpy.typing as npt
+from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from flask_app.extensions import services_of
+from flask_app import scores
+from flask_app.api.json_body import BadRequest, json_object, validate
+from flask_app.api.moorcheh_schema import DeleteItems, LegacyUpload, Search, Upload, UploadItem
+from flask_app.embed import EmbeddingError
+from flask_app.extensions import services_of, settings_of
+from flask_app.services import Services
+from flask_app.store import Collection, Hit
+from flask_app.vectors import VectorError, as_matrix
 
 blueprint = Blueprint("moorcheh", __name__)
+Vector = npt.NDArray[np.float32]
+
+MIN_DIM, MAX_DIM = 128, 4096
+TOP_K_MAX, TOP_K_REJECT = 100, 10_000
+
+
+def _services() -> Services:
+    return services_of(current_app)
+
+
+def _max_items() -> int | None:
+    cap = settings_of(current_app).max_items
+    return cap or None
+
+
+def _edge() -> Collection:
+    return _services().store.edge()
+
+
+def result(hit: Hit, mapping: str) -> dict[str, Any]:
+    score = scores.to_score(hit.score, mapping)
+    out: dict[str, Any] = {
+        "id": hit.id,
+        "score": score,
+        "label": scores.label(score),
+        "text": hit.text,
+    }
+    if hit.metadata is not None:
+        out["metadata"] = hit.metadata
+    return out
 
 
 @blueprint.get("/health")
 def health() -> ResponseReturnValue:
-    services = services_of(current_app)
+    services = _services()
+    info = services.store.edge().info()
+    cap = _max_items()
     llm: dict[str, Any] | None = None
     if services.llm is not None:
         llm = {
@@ -31,4 +79,201 @@ def health() -> ResponseReturnValue:
             "dimension": services.embedder.dim,
             "max_tokens": services.embedder.max_tokens,
         }
-    return jsonify(status="ok", llm=llm, embedder=embedder)
+    return jsonify(
+        status="ok",
+        dimension=info.dimension,
+        store_mode=info.mode,
+        embedding_model=info.embedding_model,
+        items=info.items,
+        max_items=cap,
+        remaining=None if cap is None else max(0, cap - info.items),
+        llm=llm,
+        embedder=embedder,
+    )
+
+
+def _embed_items(items: list[UploadItem], model: str | None) -> tuple[Vector, str]:
+    embedder = _services().embedder
+    if embedder is None:
+        raise BadRequest(
+            "items have no vectors and the server has no embedding model "
+            "(start it without --no-embedder, or send vectors)"
+        )
+    if model not in (None, embedder.model_id):
+        raise BadRequest(
+            f"embedding_model {model!r} is not the server's embedder "
+            f"({embedder.model_id}); send vectors, or omit embedding_model"
+        )
+    texts = [item.content() for item in items]
+    missing = [i for i, t in enumerate(texts) if not t.strip()]
+    if missing:
+        raise BadRequest(f"items[{missing[0]}].text is required when no vector is sent")
+    try:
+        return embedder.embed(texts, ids=[item.id for item in items]), embedder.model_id
+    except EmbeddingError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def _upload(
+    items: list[UploadItem], mode: str, model: str | None, field: str
+) -> ResponseReturnValue:
+    ids = [item.id for item in items]
+    seen: set[str] = set()
+    for i, item_id in enumerate(ids):
+        if item_id in seen:
+            raise BadRequest(f"{field}[{i}].id: duplicate id {item_id!r} in this upload")
+        seen.add(item_id)
+    with_vectors = [item.vector is not None for item in items]
+    if any(with_vectors) and not all(with_vectors):
+        first = with_vectors.index(False) if with_vectors[0] else with_vectors.index(True)
+        raise BadRequest(f"{field}[{first}]: either every item carries a vector or none does")
+    if all(with_vectors):
+        try:
+            vectors = as_matrix([item.vector or [] for item in items], field, MIN_DIM, MAX_DIM)
+        except VectorError as exc:
+            raise BadRequest(str(exc)) from None
+        if mode == "text" and any(not item.content().strip() for item in items):
+            bad = next(i for i, item in enumerate(items) if not item.content().strip())
+            raise BadRequest(f"{field}[{bad}].text is required in text mode")
+    elif mode == "vector":
+        raise BadRequest(f"{field}[0].vector is required in vector mode")
+    else:
+        vectors, model = _embed_items(items, model)
+    total = _edge().upsert(
+        ids,
+        vectors,
+        [item.content() for item in items],
+        [item.metadata for item in items],
+        mode=mode,
+        embedding_model=model if mode == "text" else None,
+        max_items=_max_items(),
+    )
+    return jsonify(status="success", total=total)
+
+
+@blueprint.post("/upload")
+def upload() -> ResponseReturnValue:
+    body = json_object(request)
+    if "vectors" in body and "items" not in body:
+        legacy = validate(LegacyUpload, body)
+        return _upload(legacy.vectors, "vector", None, "vectors")
+    parsed = validate(Upload, body)
+    return _upload(parsed.items, parsed.store_mode, parsed.embedding_model, "items")
+
+
+def _query_vector(query: list[float] | str, collection: Collection) -> Vector:
+    info = collection.info()
+    if isinstance(query, str):
+        embedder = _services().embedder
+        if not query.strip():
+            raise BadRequest("query: empty text")
+        if embedder is None:
+            raise BadRequest(
+                "query: text queries need the server's embedding model "
+                "(started with --no-embedder); send a vector"
+            )
+        if info.embedding_model not in (None, embedder.model_id):
+            raise BadRequest(
+                f"query: the store holds vectors from {info.embedding_model!r}, not the server's "
+                f"embedder {embedder.model_id!r}; send a query vector from the same model"
+            )
+        try:
+            embedded: Vector = embedder.embed([query])[0]
+        except EmbeddingError as exc:
+            raise BadRequest(f"query: {exc}") from None
+        return embedded
+    try:
+        vector: Vector = as_matrix([query], "query", 1, MAX_DIM)[0]
+    except VectorError as exc:
+        raise BadRequest(str(exc).replace("query[0]", "query")) from None
+    if info.dimension is not None and len(vector) != info.dimension:
+        raise BadRequest(f"query has {len(vector)} dimensions, the store has {info.dimension}")
+    return vector
+
+
+def top_k_value(value: int) -> int:
+    """1..100 as moorcheh-edge clamps it; nonsense (< 1 or > 10,000) is rejected."""
+    if value < 1 or value > TOP_K_REJECT:
+        raise BadRequest(f"top_k must be between 1 and {TOP_K_MAX} (got {value})")
+    return min(value, TOP_K_MAX)
+
+
+def kiosk_threshold(kiosk_mode: bool, threshold: float | None) -> float | None:
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise BadRequest(f"threshold must be between 0 and 1 (got {threshold})")
+    if kiosk_mode and threshold is None:
+        raise BadRequest("threshold is required when kiosk_mode is true")
+    return threshold if kiosk_mode else None
+
+
+@blueprint.post("/search")
+def search() -> ResponseReturnValue:
+    started = time.perf_counter()
+    parsed = validate(Search, json_object(request))
+    k = top_k_value(parsed.top_k)
+    threshold = kiosk_threshold(parsed.kiosk_mode, parsed.threshold)
+    collection = _edge()
+    if collection.info().dimension is None:
+        return jsonify(results=[], execution_time=round(time.perf_counter() - started, 6))
+    vector = _query_vector(parsed.query, collection)
+    mapping = settings_of(current_app).score_mapping
+    hits = collection.search(vector, k, metadata=parsed.metadata)
+    results = [result(h, mapping) for h in hits]
+    if threshold is not None:
+        results = [r for r in results if r["score"] >= threshold]
+    return jsonify(results=results, execution_time=round(time.perf_counter() - started, 6))
+
+
+def _delete() -> ResponseReturnValue:
+    parsed = validate(DeleteItems, json_object(request))
+    deleted, missing = _edge().delete(parsed.ids)
+    return jsonify(status="success", deleted=deleted, not_found_ids=missing)
+
+
+@blueprint.delete("/items")
+def delete_items() -> ResponseReturnValue:
+    return _delete()
+
+
+@blueprint.delete("/delete")
+def delete_legacy() -> ResponseReturnValue:
+    return _delete()
+
+
+@blueprint.delete("/store")
+def clear_store() -> ResponseReturnValue:
+    store = _services().store
+    store.drop(store.EDGE_NAMESPACE, store.EDGE_COLLECTION)
+    return jsonify(status="success", message="Store cleared successfully.")
+
+
+@blueprint.get("/export")
+def export() -> ResponseReturnValue:
+    args = request.args
+    limit: int | None = None
+    if "limit" in args:
+        try:
+            limit = int(args["limit"])
+        except ValueError:
+            raise BadRequest(f"limit must be an integer (got {args['limit']!r})") from None
+        if not 1 <= limit <= 10_000:
+            raise BadRequest(f"limit must be between 1 and 10000 (got {limit})")
+    include = args.get("include_vectors", "false").lower()
+    if include not in ("true", "false", "1", "0"):
+        raise BadRequest("include_vectors must be true or false")
+    collection = _edge()
+    info = collection.info()
+    items, cursor = collection.export(
+        limit=limit, after=args.get("cursor"), with_vectors=include in ("true", "1")
+    )
+    body: dict[str, Any] = {
+        "status": "ok",
+        "dimension": info.dimension,
+        "store_mode": info.mode,
+        "embedding_model": info.embedding_model,
+        "item_count": info.items,
+        "items": items,
+    }
+    if limit is not None:
+        body["next_cursor"] = cursor
+    return jsonify(body)

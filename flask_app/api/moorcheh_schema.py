@@ -1,0 +1,49 @@
+"""Request bodies of the moorcheh-edge surface (shared/spec/moorcheh-edge.md §1)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr
+
+Number = Annotated[float, Strict()]  # ints accepted, strings and booleans not
+MetadataValue = StrictStr | StrictInt | Number | StrictBool | None
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class UploadItem(_Body):
+    id: StrictStr = Field(min_length=1, max_length=512)
+    vector: list[Number] | None = None
+    text: StrictStr | None = None
+    original_text: StrictStr | None = None
+    metadata: dict[str, MetadataValue] | None = None
+
+    def content(self) -> str:
+        return self.text if self.text is not None else (self.original_text or "")
+
+
+class Upload(_Body):
+    store_mode: Literal["text", "vector"]
+    embedding_model: StrictStr | None = None
+    items: list[UploadItem] = Field(min_length=1)
+
+
+class LegacyUpload(_Body):
+    """0.1.x clients: `{"vectors": [{"id", "vector", "text"?}]}` (vector mode)."""
+
+    vectors: list[UploadItem] = Field(min_length=1)
+
+
+class Search(_Body):
+    query: list[Number] | StrictStr
+    top_k: StrictInt = 10
+    threshold: Number | None = None
+    kiosk_mode: StrictBool = False
+    metadata: dict[str, MetadataValue] | None = None
+
+
+class DeleteItems(_Body):
+    ids: list[StrictStr] = Field(min_length=1, max_length=10_000)

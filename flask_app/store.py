@@ -1,0 +1,477 @@
+"""Collections: rows (id, text, metadata, timestamps) in SQLite, vectors in a
+simcore index, kept consistent across crashes.
+
+Layout: `<data_dir>/<namespace>/<collection>/` holds `rows.sqlite` (WAL) and
+`index/` (simcore). A collection's settings (mode, dimension, embedding model)
+live in the `settings` table; the first upload fixes them.
+
+Write protocol (every acknowledged write survives `kill -9`, nothing
+half-written is ever visible):
+1. one SQLite transaction writes the rows *and* a redo record (`pending`)
+   holding the batch's vectors or deleted ids; it commits with fsync;
+2. the simcore index applies the batch (its own fsync'd commit);
+3. the redo record is removed.
+On open, a leftover redo record (crash between 1 and 3) is applied again to
+the index; re-applying is idempotent. Writers hold the collection's write lock
+for steps 1-3; searches hold its read lock, so a search sees a batch either
+entirely or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from flask_app import simcore
+from flask_app.rwlock import RWLock
+
+Vectors = npt.NDArray[np.float32]
+MetadataValue = str | int | float | bool | None
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS items (
+    id TEXT PRIMARY KEY,
+    text TEXT NOT NULL DEFAULT '',
+    metadata TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS pending (
+    seq INTEGER PRIMARY KEY,
+    op TEXT NOT NULL,
+    ids TEXT NOT NULL,
+    vectors BLOB
+);
+"""
+
+
+class StoreError(Exception):
+    """Base of store errors; `status` suggests the HTTP status."""
+
+    status = 400
+
+
+class ClearedError(StoreError):
+    """The collection was dropped while the request waited for it."""
+
+    status = 409
+
+    def __init__(self) -> None:
+        super().__init__("the store was cleared while this request was waiting; retry it")
+
+
+class ConflictError(StoreError):
+    """The request conflicts with the collection's fixed settings."""
+
+    status = 409
+
+
+class CapacityError(StoreError):
+    """An upload would exceed the item cap."""
+
+    status = 409
+
+    def __init__(self, current: int, max_items: int, requested_new: int) -> None:
+        super().__init__(
+            f"Item limit exceeded: max {max_items}, current {current}, "
+            f"requested {requested_new} new items."
+        )
+        self.current = current
+        self.max_items = max_items
+        self.requested_new = requested_new
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    text: str
+    metadata: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float
+    text: str
+    metadata: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    dimension: int | None
+    mode: str | None
+    embedding_model: str | None
+    items: int
+
+
+def _normalise(vectors: Vectors) -> Vectors:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    out: Vectors = (vectors / norms).astype(np.float32)
+    return out
+
+
+class Collection:
+    """One collection; thread-safe."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._lock = RWLock()
+        self._closed = False
+        self._db().executescript(_SCHEMA)
+        self._settings = self._read_settings()
+        self._index: simcore.Index | None = None
+        if self._settings.get("dimension") is not None:
+            self._index = simcore.Index.open(self._index_path)
+        self._recover()
+        self._count: int = self._db().execute("SELECT count(*) FROM items").fetchone()[0]
+
+    @property
+    def _index_path(self) -> Path:
+        return self.path / "index"
+
+    def _db(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(
+                self.path / "rows.sqlite", isolation_level=None, check_same_thread=True, timeout=30
+            )
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            self._local.db = db
+        return db
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        with self._lock.read():
+            if self._closed:
+                raise ClearedError()
+            yield
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        with self._lock.write():
+            if self._closed:
+                raise ClearedError()
+            yield
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _read_settings(self) -> dict[str, Any]:
+        rows = self._db().execute("SELECT key, value FROM settings").fetchall()
+        return {k: json.loads(v) for k, v in rows}
+
+    def _recover(self) -> None:
+        """Re-apply a batch whose index step may not have completed."""
+        pending = (
+            self._db().execute("SELECT seq, op, ids, vectors FROM pending ORDER BY seq").fetchall()
+        )
+        for seq, op, ids_json, blob in pending:
+            ids = json.loads(ids_json)
+            if op == "upsert" and self._index is not None:
+                vectors = np.frombuffer(blob, dtype=np.float32).reshape(len(ids), -1)
+                self._index.upsert(ids, vectors)
+            elif op == "delete" and self._index is not None:
+                self._index.delete(ids)
+            with self._write() as db:
+                db.execute("DELETE FROM pending WHERE seq = ?", (seq,))
+
+    def info(self) -> CollectionInfo:
+        s = self._settings
+        return CollectionInfo(
+            s.get("dimension"), s.get("mode"), s.get("embedding_model"), self._count
+        )
+
+    def __len__(self) -> int:
+        return self._count
+
+    def new_ids(self, ids: Sequence[str]) -> int:
+        """How many of `ids` are not stored yet."""
+        with self._reading():
+            if self._index is None:
+                return len(ids)
+            index = self._index
+            return sum(1 for i in ids if i not in index)
+
+    def upsert(
+        self,
+        ids: Sequence[str],
+        vectors: Vectors,
+        texts: Sequence[str],
+        metadata: Sequence[dict[str, Any] | None],
+        *,
+        mode: str,
+        embedding_model: str | None,
+        max_items: int | None = None,
+    ) -> int:
+        """Insert or replace a batch; returns the collection's item count after it.
+
+        `vectors` are L2-normalised here (scores are cosine similarities).
+        """
+        if len(ids) == 0:
+            return self._count
+        dim = int(vectors.shape[1])
+        vectors = _normalise(vectors)
+        now = time.time()
+        with self._writing():
+            self._check_settings(mode, dim, embedding_model)
+            index = self._index
+            new = len(ids) if index is None else sum(1 for i in ids if i not in index)
+            if max_items is not None and self._count + new > max_items:
+                raise CapacityError(self._count, max_items, new)
+            rows = [
+                (i, t, json.dumps(m) if m is not None else None, now, now)
+                for i, t, m in zip(ids, texts, metadata, strict=True)
+            ]
+            with self._write() as db:
+                if index is None:
+                    for key, value in (
+                        ("mode", mode),
+                        ("dimension", dim),
+                        ("embedding_model", embedding_model),
+                    ):
+                        db.execute(
+                            "INSERT OR REPLACE INTO settings VALUES (?, ?)",
+                            (key, json.dumps(value)),
+                        )
+                db.executemany(
+                    "INSERT INTO items VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                    "text = excluded.text, metadata = excluded.metadata, "
+                    "updated_at = excluded.updated_at",
+                    rows,
+                )
+                cur = db.execute(
+                    "INSERT INTO pending (op, ids, vectors) VALUES ('upsert', ?, ?)",
+                    (json.dumps(list(ids)), vectors.tobytes()),
+                )
+                seq = cur.lastrowid
+            if index is None:
+                if self._index_path.exists():
+                    shutil.rmtree(self._index_path)
+                index = simcore.Index.create(self._index_path, dim)
+                self._index = index
+                self._settings = {
+                    "mode": mode,
+                    "dimension": dim,
+                    "embedding_model": embedding_model,
+                }
+            index.upsert(list(ids), vectors)
+            self._db().execute("DELETE FROM pending WHERE seq = ?", (seq,))
+            self._count += new
+            return self._count
+
+    def _check_settings(self, mode: str, dim: int, embedding_model: str | None) -> None:
+        s = self._settings
+        if s.get("dimension") is None:
+            return
+        if s["mode"] != mode:
+            raise ConflictError(
+                f"store is in {s['mode']} mode; cannot upload {mode} items "
+                "(modes cannot be mixed; clear the store to change mode)"
+            )
+        if s["dimension"] != dim:
+            raise ConflictError(
+                f"vector dimension {dim} does not match the store's dimension {s['dimension']} "
+                "(clear the store to change it)"
+            )
+        if (
+            mode == "text"
+            and embedding_model
+            and s.get("embedding_model") not in (None, embedding_model)
+        ):
+            raise ConflictError(
+                f"embedding_model {embedding_model!r} does not match the store's "
+                f"{s['embedding_model']!r} (clear the store to change it)"
+            )
+
+    def delete(self, ids: Sequence[str]) -> tuple[int, list[str]]:
+        """Delete ids; returns (deleted count, ids not found)."""
+        with self._writing():
+            unique = list(dict.fromkeys(ids))
+            if self._index is None:
+                return 0, unique
+            index = self._index
+            found = [i for i in unique if i in index]
+            missing = [i for i in unique if i not in index]
+            if found:
+                with self._write() as db:
+                    db.executemany("DELETE FROM items WHERE id = ?", [(i,) for i in found])
+                    seq = db.execute(
+                        "INSERT INTO pending (op, ids) VALUES ('delete', ?)", (json.dumps(found),)
+                    ).lastrowid
+                index.delete(found)
+                self._db().execute("DELETE FROM pending WHERE seq = ?", (seq,))
+                self._count -= len(found)
+            return len(found), missing
+
+    def matching_ids(self, metadata: Mapping[str, MetadataValue]) -> list[str]:
+        """Ids whose metadata has every given key with exactly that value."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        for key, value in metadata.items():
+            if isinstance(value, bool):
+                clauses.append(
+                    "EXISTS (SELECT 1 FROM json_each(items.metadata) j "
+                    "WHERE j.key = ? AND j.type = ?)"
+                )
+                params += [key, "true" if value else "false"]
+            elif value is None:
+                clauses.append(
+                    "EXISTS (SELECT 1 FROM json_each(items.metadata) j "
+                    "WHERE j.key = ? AND j.type = 'null')"
+                )
+                params.append(key)
+            else:
+                types = "('text')" if isinstance(value, str) else "('integer', 'real')"
+                clauses.append(
+                    "EXISTS (SELECT 1 FROM json_each(items.metadata) j "
+                    f"WHERE j.key = ? AND j.type IN {types} AND j.value = ?)"
+                )
+                params += [key, value]
+        where = " AND ".join(clauses) or "1"
+        sql = f"SELECT id FROM items WHERE metadata IS NOT NULL AND {where}"
+        return [r[0] for r in self._db().execute(sql, params)]
+
+    def search(
+        self,
+        query: Vectors,
+        k: int,
+        *,
+        metadata: Mapping[str, MetadataValue] | None = None,
+        mode: str = "exact",
+    ) -> list[Hit]:
+        """Top-k by cosine similarity (raw inner product of unit vectors)."""
+        with self._reading():
+            if self._index is None:
+                return []
+            index = self._index
+            norm = float(np.linalg.norm(query))
+            q = (query / norm).astype(np.float32) if norm > 0 else query
+            allow = None if metadata is None else self.matching_ids(metadata)
+            if allow is not None and not allow:
+                return []
+            ids, scores = index.search(q, k, mode=mode, allow=allow)
+            rows = self._rows(ids)
+        return [
+            Hit(i, float(s), rows[i].text, rows[i].metadata)
+            for i, s in zip(ids, scores, strict=True)
+            if i in rows
+        ]
+
+    def _rows(self, ids: Sequence[str]) -> dict[str, Item]:
+        out: dict[str, Item] = {}
+        db = self._db()
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            for i, text, meta in db.execute(
+                f"SELECT id, text, metadata FROM items WHERE id IN ({marks})", chunk
+            ):
+                out[i] = Item(i, text, json.loads(meta) if meta else None)
+        return out
+
+    def export(
+        self, *, limit: int | None, after: str | None, with_vectors: bool
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Items in id order after the cursor `after`; returns (items, next cursor)."""
+        with self._reading():
+            sql = "SELECT id, text, metadata FROM items"
+            params: list[Any] = []
+            if after is not None:
+                sql += " WHERE id > ?"
+                params.append(after)
+            sql += " ORDER BY id"
+            if limit is not None:
+                sql += " LIMIT ?"
+                params.append(limit + 1)
+            rows = self._db().execute(sql, params).fetchall()
+            more = limit is not None and len(rows) > limit
+            rows = rows[:limit] if limit is not None else rows
+            items = []
+            for i, text, meta in rows:
+                item: dict[str, Any] = {"id": i, "text": text}
+                if meta:
+                    item["metadata"] = json.loads(meta)
+                if with_vectors and self._index is not None:
+                    vector = self._index.get(i)
+                    item["vector"] = vector.tolist() if vector is not None else None
+                items.append(item)
+        return items, (rows[-1][0] if more and rows else None)
+
+    def close(self) -> None:
+        """Mark closed (later requests get ClearedError) and close this thread's connection."""
+        self._closed = True
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+
+class Store:
+    """Namespaces of collections under one data directory."""
+
+    EDGE_NAMESPACE = "_edge"
+    EDGE_COLLECTION = "store"
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._collections: dict[tuple[str, str], Collection] = {}
+        self._lock = threading.Lock()
+        self._clear_trash()
+
+    def _clear_trash(self) -> None:
+        for trash in self.data_dir.glob(".trash-*"):
+            shutil.rmtree(trash, ignore_errors=True)
+
+    def collection(self, namespace: str, name: str) -> Collection:
+        with self._lock:
+            key = (namespace, name)
+            if key not in self._collections:
+                self._collections[key] = Collection(self.data_dir / namespace / name)
+            return self._collections[key]
+
+    def edge(self) -> Collection:
+        """The moorcheh-edge flat store (one reserved collection)."""
+        return self.collection(self.EDGE_NAMESPACE, self.EDGE_COLLECTION)
+
+    def drop(self, namespace: str, name: str) -> None:
+        """Remove a collection entirely (atomic rename, then delete)."""
+        with self._lock:
+            key = (namespace, name)
+            collection = self._collections.pop(key, None)
+            path = self.data_dir / namespace / name
+            if collection is not None:
+                with collection._writing():
+                    collection.close()
+                    self._move_to_trash(path)
+            else:
+                self._move_to_trash(path)
+
+    def _move_to_trash(self, path: Path) -> None:
+        if path.exists():
+            trash = self.data_dir / f".trash-{time.monotonic_ns()}"
+            path.rename(trash)
+            shutil.rmtree(trash, ignore_errors=True)
