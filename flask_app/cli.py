@@ -1,4 +1,5 @@
-"""The `edgerag` command: serve the API, pull the default models."""
+"""The `edgerag` command: serve the API, pull the default models, and client
+verbs for a running server (see `cli_client`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from flask_app import cli_client
 from flask_app.settings import Settings, SettingsError
 
 # Options that `pull` also understands (the rest only matter to `serve`).
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sha256. A no-op when everything is present and valid.",
     )
     _add_settings(pull, _PULL_OPTIONS)
+    cli_client.add_commands(sub)
     return parser
 
 
@@ -118,6 +121,8 @@ def cmd_serve(settings: Settings, log_level: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in cli_client.COMMANDS:
+        return cli_client.main(args)
     log_level = getattr(args, "log_level", "INFO")
     if hasattr(args, "log_level"):
         del args.log_level

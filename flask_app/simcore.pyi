@@ -13,6 +13,7 @@ __all__ = [
     "Index",
     "NonFiniteError",
     "SimcoreValueError",
+    "matrix_from_lists",
     "quantize_max_scale",
     "quantize_min_max",
     "reduce_dims",
@@ -49,6 +50,16 @@ def quantize_min_max(x: _Vector) -> npt.NDArray[np.uint8]:
 
 def reduce_dims(x: _Vector, n: int) -> npt.NDArray[np.float32]:
     """Keep the first `n` dimensions and L2-normalise them."""
+
+def matrix_from_lists(
+    rows: Sequence[Sequence[float]], label: str = "rows[{}]"
+) -> npt.NDArray[np.float32]:
+    """Rows of numbers (lists of Python ints/floats, as parsed from JSON) as an
+    (n, d) float32 array, strictly: booleans, strings and other types are
+    rejected, rows must be equally long, values must fit in float32.
+    `label` names a row in errors, "{}" standing for its index
+    (e.g. "items[{}].vector").
+    """
 
 def simd_level() -> str:
     """The SIMD level in use (capped by the SIMCORE_SIMD environment variable)."""

@@ -8,13 +8,13 @@ live in the `settings` table; the first upload fixes them.
 Write protocol (every acknowledged write survives `kill -9`, nothing
 half-written is ever visible):
 1. one SQLite transaction writes the rows *and* a redo record (`pending`)
-   holding the batch's vectors or deleted ids; it commits with fsync;
-2. the simcore index applies the batch (its own fsync'd commit);
-3. the redo record is removed.
-On open, a leftover redo record (crash between 1 and 3) is applied again to
-the index; re-applying is idempotent. Writers hold the collection's write lock
-for steps 1-3; searches hold its read lock, so a search sees a batch either
-entirely or not at all.
+   holding the batch's vectors or deleted ids, and drops the previous batch's
+   record (already applied); it commits with fsync;
+2. the simcore index applies the batch (its own fsync'd commit).
+On open, the redo record left by the last batch is applied again to the index
+(re-applying is idempotent), so a crash between 1 and 2 loses nothing. Writers
+hold the collection's write lock for both steps; searches hold its read lock,
+so a search sees a batch either entirely or not at all.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,11 +131,12 @@ class Collection:
         self._local = threading.local()
         self._lock = RWLock()
         self._closed = False
+        self._needs_recovery = False
         self._db().executescript(_SCHEMA)
         self._settings = self._read_settings()
         self._index: simcore.Index | None = None
         if self._settings.get("dimension") is not None:
-            self._index = simcore.Index.open(self._index_path)
+            self._index = self._open_index(int(self._settings["dimension"]))
         self._recover()
         self._count: int = self._db().execute("SELECT count(*) FROM items").fetchone()[0]
 
@@ -166,6 +167,8 @@ class Collection:
         with self._lock.write():
             if self._closed:
                 raise ClearedError()
+            if self._needs_recovery:
+                self._recover()
             yield
 
     @contextmanager
@@ -183,20 +186,41 @@ class Collection:
         rows = self._db().execute("SELECT key, value FROM settings").fetchall()
         return {k: json.loads(v) for k, v in rows}
 
+    def _open_index(self, dim: int) -> simcore.Index:
+        """The collection's index; created when a crash came before its first commit."""
+        if (self._index_path / "CURRENT").exists():
+            return simcore.Index.open(self._index_path)
+        if self._index_path.exists():
+            shutil.rmtree(self._index_path)
+        return simcore.Index.create(self._index_path, dim)
+
     def _recover(self) -> None:
-        """Re-apply a batch whose index step may not have completed."""
-        pending = (
-            self._db().execute("SELECT seq, op, ids, vectors FROM pending ORDER BY seq").fetchall()
-        )
-        for seq, op, ids_json, blob in pending:
+        """Re-apply the redo records to the index (idempotent), then drop them.
+
+        The last record may or may not have reached the index before a crash;
+        earlier ones are normally removed by the next write's transaction.
+        """
+        pending = self._db().execute("SELECT op, ids, vectors FROM pending ORDER BY seq").fetchall()
+        for op, ids_json, blob in pending:
             ids = json.loads(ids_json)
             if op == "upsert" and self._index is not None:
                 vectors = np.frombuffer(blob, dtype=np.float32).reshape(len(ids), -1)
                 self._index.upsert(ids, vectors)
             elif op == "delete" and self._index is not None:
                 self._index.delete(ids)
+        if pending:
             with self._write() as db:
-                db.execute("DELETE FROM pending WHERE seq = ?", (seq,))
+                db.execute("DELETE FROM pending")
+        self._needs_recovery = False
+
+    def _apply(self, action: Callable[[], object]) -> None:
+        """Apply a committed batch to the index; if that fails, the redo record
+        stays and the next write (or the next start) replays it first."""
+        try:
+            action()
+        except BaseException:
+            self._needs_recovery = True
+            raise
 
     def info(self) -> CollectionInfo:
         s = self._settings
@@ -262,23 +286,20 @@ class Collection:
                     "updated_at = excluded.updated_at",
                     rows,
                 )
-                cur = db.execute(
+                db.execute("DELETE FROM pending")  # earlier records are applied
+                db.execute(
                     "INSERT INTO pending (op, ids, vectors) VALUES ('upsert', ?, ?)",
                     (json.dumps(list(ids)), vectors.tobytes()),
                 )
-                seq = cur.lastrowid
             if index is None:
-                if self._index_path.exists():
-                    shutil.rmtree(self._index_path)
-                index = simcore.Index.create(self._index_path, dim)
+                index = self._open_index(dim)
                 self._index = index
                 self._settings = {
                     "mode": mode,
                     "dimension": dim,
                     "embedding_model": embedding_model,
                 }
-            index.upsert(list(ids), vectors)
-            self._db().execute("DELETE FROM pending WHERE seq = ?", (seq,))
+            self._apply(lambda: index.upsert(list(ids), vectors))
             self._count += new
             return self._count
 
@@ -318,11 +339,11 @@ class Collection:
             if found:
                 with self._write() as db:
                     db.executemany("DELETE FROM items WHERE id = ?", [(i,) for i in found])
-                    seq = db.execute(
+                    db.execute("DELETE FROM pending")  # earlier records are applied
+                    db.execute(
                         "INSERT INTO pending (op, ids) VALUES ('delete', ?)", (json.dumps(found),)
-                    ).lastrowid
-                index.delete(found)
-                self._db().execute("DELETE FROM pending WHERE seq = ?", (seq,))
+                    )
+                self._apply(lambda: index.delete(found))
                 self._count -= len(found)
             return len(found), missing
 

@@ -16,14 +16,14 @@ import numpy.typing as npt
 from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from flask_app import scores
+from flask_app import scores, simcore
 from flask_app.api.json_body import BadRequest, json_object, validate
 from flask_app.api.moorcheh_schema import DeleteItems, LegacyUpload, Search, Upload, UploadItem
 from flask_app.embed import EmbeddingError
 from flask_app.extensions import services_of, settings_of
 from flask_app.services import Services
 from flask_app.store import Collection, Hit
-from flask_app.vectors import VectorError, as_matrix
+from flask_app.vectors import VectorError, check_matrix
 
 blueprint = Blueprint("moorcheh", __name__)
 Vector = npt.NDArray[np.float32]
@@ -114,8 +114,30 @@ def _embed_items(items: list[UploadItem], model: str | None) -> tuple[Vector, st
         raise BadRequest(str(exc)) from None
 
 
+def _take_vectors(body: dict[str, Any], field: str) -> list[Any] | None:
+    """Remove the items' vectors from the raw body: they are converted in one
+    strict pass by simcore rather than element by element by the schema.
+    None when no item carries one."""
+    items = body.get(field)
+    if not isinstance(items, list):
+        return None
+    vectors = [item.pop("vector", None) if isinstance(item, dict) else None for item in items]
+    return None if all(v is None for v in vectors) else vectors
+
+
+def _matrix(vectors: list[Any], field: str) -> Vector:
+    missing = [i for i, v in enumerate(vectors) if v is None]
+    if missing:
+        raise BadRequest(f"{field}[{missing[0]}]: either every item carries a vector or none does")
+    try:
+        matrix = simcore.matrix_from_lists(vectors, f"{field}[{{}}].vector")
+        return check_matrix(matrix, lambda i: f"{field}[{i}].vector", MIN_DIM, MAX_DIM)
+    except (ValueError, VectorError) as exc:
+        raise BadRequest(str(exc)) from None
+
+
 def _upload(
-    items: list[UploadItem], mode: str, model: str | None, field: str
+    items: list[UploadItem], vectors: Vector | None, mode: str, model: str | None, field: str
 ) -> ResponseReturnValue:
     ids = [item.id for item in items]
     seen: set[str] = set()
@@ -123,15 +145,7 @@ def _upload(
         if item_id in seen:
             raise BadRequest(f"{field}[{i}].id: duplicate id {item_id!r} in this upload")
         seen.add(item_id)
-    with_vectors = [item.vector is not None for item in items]
-    if any(with_vectors) and not all(with_vectors):
-        first = with_vectors.index(False) if with_vectors[0] else with_vectors.index(True)
-        raise BadRequest(f"{field}[{first}]: either every item carries a vector or none does")
-    if all(with_vectors):
-        try:
-            vectors = as_matrix([item.vector or [] for item in items], field, MIN_DIM, MAX_DIM)
-        except VectorError as exc:
-            raise BadRequest(str(exc)) from None
+    if vectors is not None:
         if mode == "text" and any(not item.content().strip() for item in items):
             bad = next(i for i, item in enumerate(items) if not item.content().strip())
             raise BadRequest(f"{field}[{bad}].text is required in text mode")
@@ -155,10 +169,14 @@ def _upload(
 def upload() -> ResponseReturnValue:
     body = json_object(request)
     if "vectors" in body and "items" not in body:
+        raw = _take_vectors(body, "vectors")
         legacy = validate(LegacyUpload, body)
-        return _upload(legacy.vectors, "vector", None, "vectors")
+        matrix = _matrix(raw, "vectors") if raw is not None else None
+        return _upload(legacy.vectors, matrix, "vector", None, "vectors")
+    raw = _take_vectors(body, "items")
     parsed = validate(Upload, body)
-    return _upload(parsed.items, parsed.store_mode, parsed.embedding_model, "items")
+    matrix = _matrix(raw, "items") if raw is not None else None
+    return _upload(parsed.items, matrix, parsed.store_mode, parsed.embedding_model, "items")
 
 
 def _query_vector(query: list[float] | str, collection: Collection) -> Vector:
@@ -183,9 +201,10 @@ def _query_vector(query: list[float] | str, collection: Collection) -> Vector:
             raise BadRequest(f"query: {exc}") from None
         return embedded
     try:
-        vector: Vector = as_matrix([query], "query", 1, MAX_DIM)[0]
-    except VectorError as exc:
-        raise BadRequest(str(exc).replace("query[0]", "query")) from None
+        matrix = simcore.matrix_from_lists([query], "query")
+        vector: Vector = check_matrix(matrix, lambda _: "query", 1, MAX_DIM)[0]
+    except (ValueError, VectorError) as exc:
+        raise BadRequest(str(exc)) from None
     if info.dimension is not None and len(vector) != info.dimension:
         raise BadRequest(f"query has {len(vector)} dimensions, the store has {info.dimension}")
     return vector

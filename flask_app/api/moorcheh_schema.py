@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr
 
@@ -15,8 +15,10 @@ class _Body(BaseModel):
 
 
 class UploadItem(_Body):
+    """An item without its vector: vectors are taken out of the body before
+    validation and converted in one strict pass (`simcore.matrix_from_lists`)."""
+
     id: StrictStr = Field(min_length=1, max_length=512)
-    vector: list[Number] | None = None
     text: StrictStr | None = None
     original_text: StrictStr | None = None
     metadata: dict[str, MetadataValue] | None = None
@@ -38,7 +40,7 @@ class LegacyUpload(_Body):
 
 
 class Search(_Body):
-    query: list[Number] | StrictStr
+    query: list[Any] | StrictStr  # numbers checked by simcore.matrix_from_lists
     top_k: StrictInt = 10
     threshold: Number | None = None
     kiosk_mode: StrictBool = False

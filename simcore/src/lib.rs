@@ -18,8 +18,10 @@ mod python {
     use std::sync::RwLock;
 
     use numpy::{
-        AllowTypeChange, IntoPyArray, PyArray1, PyArrayLike1, PyArrayLike2, PyUntypedArrayMethods,
+        AllowTypeChange, IntoPyArray, PyArray1, PyArray2, PyArrayLike1, PyArrayLike2,
+        PyArrayMethods, PyUntypedArrayMethods,
     };
+    use pyo3::types::{PyFloat, PyInt, PyList};
     use pyo3::create_exception;
     use pyo3::exceptions::{PyOSError, PyValueError};
     use pyo3::prelude::*;
@@ -137,6 +139,63 @@ mod python {
         let x = vector(&x);
         crate::error::check_finite(&x, "vector").map_err(to_py)?;
         Ok(quant::reduce_dims(&x, n).map_err(to_py)?.into_pyarray(py))
+    }
+
+    /// Rows of numbers (lists of Python ints/floats, as parsed from JSON) as an
+    /// (n, d) float32 array, strictly: booleans, strings and other types are
+    /// rejected, rows must be equally long, values must fit in float32.
+    /// `label` names a row in errors, "{}" standing for its index
+    /// (e.g. "items[{}].vector").
+    #[pyfunction]
+    #[pyo3(signature = (rows, label = "rows[{}]"))]
+    fn matrix_from_lists<'py>(
+        py: Python<'py>,
+        rows: &Bound<'py, PyList>,
+        label: &str,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let name = |i: usize| label.replace("{}", &i.to_string());
+        let n = rows.len();
+        let mut dim = 0usize;
+        let mut values: Vec<f32> = Vec::new();
+        for (i, row) in rows.iter().enumerate() {
+            let row = row.cast::<PyList>().map_err(|_| {
+                SimcoreValueError::new_err(format!("{} must be a list of numbers", name(i)))
+            })?;
+            if i == 0 {
+                dim = row.len();
+                values.reserve(n * dim);
+            } else if row.len() != dim {
+                return Err(DimensionMismatchError::new_err(format!(
+                    "{} has {} dimensions, {} has {dim}",
+                    name(i),
+                    row.len(),
+                    name(0)
+                )));
+            }
+            for (j, item) in row.iter().enumerate() {
+                let value = if let Ok(f) = item.cast_exact::<PyFloat>() {
+                    f.value()
+                } else if item.is_exact_instance_of::<PyInt>() {
+                    item.extract::<f64>()?
+                } else {
+                    return Err(SimcoreValueError::new_err(format!(
+                        "{}[{j}] must be a number, got {}",
+                        name(i),
+                        item.get_type().name()?
+                    )));
+                };
+                let narrowed = value as f32;
+                if !narrowed.is_finite() {
+                    return Err(NonFiniteError::new_err(format!(
+                        "{}[{j}] = {value:e} is outside the float32 range",
+                        name(i)
+                    )));
+                }
+                values.push(narrowed);
+            }
+        }
+        let array = PyArray1::from_vec(py, values);
+        array.reshape([n, dim])
     }
 
     /// The SIMD level in use (capped by the SIMCORE_SIMD environment variable).
@@ -409,6 +468,7 @@ mod python {
         m.add_function(wrap_pyfunction!(quantize_min_max, m)?)?;
         m.add_function(wrap_pyfunction!(reduce_dims, m)?)?;
         m.add_function(wrap_pyfunction!(simd_level, m)?)?;
+        m.add_function(wrap_pyfunction!(matrix_from_lists, m)?)?;
         m.add_function(wrap_pyfunction!(supported_simd_levels, m)?)?;
         m.add_class::<Index>()?;
         m.add("SimcoreValueError", py.get_type::<SimcoreValueError>())?;

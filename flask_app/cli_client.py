@@ -1,0 +1,202 @@
+"""`edgerag` verbs that talk to a running server (moorcheh-edge CLI compatible):
+status, upload-documents, upload-vectors, search, delete, clear-store, export.
+
+Output is the server's JSON (indent 2). On an API error the error body is
+printed, then `Error (<status>): <message>` on stderr, exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+from tqdm import tqdm
+
+from flask_app.client import Client, EdgeragError
+
+DEFAULT_BASE_URL = "http://localhost:8080"
+
+
+class UsageError(Exception):
+    """Bad command-line input (file shape, JSON flag)."""
+
+
+def _base(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--base-url", default=DEFAULT_BASE_URL, help=f"server URL (default {DEFAULT_BASE_URL})"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for each request (default 120)",
+    )
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser("status", help="print GET /health")
+    _base(p)
+    p = sub.add_parser("upload-documents", help="upload texts; the server embeds them")
+    p.add_argument(
+        "--documents-file",
+        required=True,
+        type=Path,
+        help='JSON file {"documents": [{"id", "text", "metadata"?}, ...]}',
+    )
+    p.add_argument("--batch-size", type=int, default=256, help="items per request (default 256)")
+    _base(p)
+    p = sub.add_parser("upload-vectors", help="upload vectors (vector mode)")
+    p.add_argument(
+        "--vectors-file",
+        required=True,
+        type=Path,
+        help='JSON file {"vectors": [{"id", "vector", "text"?, "metadata"?}, ...]}',
+    )
+    p.add_argument("--batch-size", type=int, default=1000, help="items per request (default 1000)")
+    _base(p)
+    p = sub.add_parser("search", help="POST /search by text or by vector")
+    query = p.add_mutually_exclusive_group(required=True)
+    query.add_argument("--query-text", help="text; the server embeds it")
+    query.add_argument("--query-vector-json", help="JSON array of numbers")
+    p.add_argument("--top-k", type=int, default=10, help="results (1-100, default 10)")
+    p.add_argument("--threshold", type=float, default=0.0, help="kiosk threshold 0-1 (default 0)")
+    p.add_argument("--kiosk-mode", action="store_true", help="drop results below --threshold")
+    p.add_argument("--metadata-json", help='exact-match metadata filter, e.g. {"lang": "en"}')
+    _base(p)
+    p = sub.add_parser("delete", help="DELETE /items")
+    p.add_argument("--ids-json", required=True, help='JSON array of ids, e.g. ["a", "b"]')
+    _base(p)
+    p = sub.add_parser("clear-store", help="DELETE /store (asks first unless -y)")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    _base(p)
+    p = sub.add_parser("export", help="GET /export")
+    p.add_argument("--limit", type=int, help="page size (1-10000); all items when omitted")
+    p.add_argument("--cursor", help="next_cursor of the previous page")
+    p.add_argument("--include-vectors", action="store_true", help="include stored vectors")
+    _base(p)
+
+
+def _load_json(text: str, flag: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{flag} is not valid JSON: {exc}") from None
+
+
+def _records(path: Path, key: str) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not valid JSON: {exc}") from None
+    records = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(records, list) or not records:
+        raise UsageError(f'{path} must hold {{"{key}": [...]}} with at least one entry')
+    for i, record in enumerate(records):
+        if not isinstance(record, dict) or "id" not in record:
+            raise UsageError(f"{path}: {key}[{i}] must be an object with an id")
+    return records
+
+
+def _with_progress(total: int, label: str, upload: Callable[[Callable[[int], None]], Any]) -> Any:
+    with tqdm(
+        total=total,
+        unit="item",
+        desc=label,
+        file=sys.stderr,
+        disable=total < 2 or not sys.stderr.isatty(),
+    ) as bar:
+
+        def advance(n: int) -> None:
+            bar.update(n)
+
+        return upload(advance)
+
+
+def run(args: argparse.Namespace) -> Any:
+    client = Client(args.base_url, timeout=args.timeout)
+    command = args.command
+    if command == "status":
+        return client.health()
+    if command == "upload-documents":
+        docs = _records(args.documents_file, "documents")
+        return _with_progress(
+            len(docs),
+            "upload",
+            lambda p: client.upload_documents(docs, batch_size=args.batch_size, progress=p),
+        )
+    if command == "upload-vectors":
+        vectors = _records(args.vectors_file, "vectors")
+        return _with_progress(
+            len(vectors),
+            "upload",
+            lambda p: client.upload_vectors(vectors, batch_size=args.batch_size, progress=p),
+        )
+    if command == "search":
+        metadata = _load_json(args.metadata_json, "--metadata-json") if args.metadata_json else None
+        options = {
+            "top_k": args.top_k,
+            "threshold": args.threshold,
+            "kiosk_mode": args.kiosk_mode,
+            "metadata": metadata,
+        }
+        if args.query_text is not None:
+            return {"results": client.search_text(args.query_text, **options)}
+        vector = _load_json(args.query_vector_json, "--query-vector-json")
+        if not isinstance(vector, list):
+            raise UsageError("--query-vector-json must be a JSON array of numbers")
+        return {"results": client.search(vector, **options)}
+    if command == "delete":
+        ids = _load_json(args.ids_json, "--ids-json")
+        if not isinstance(ids, list) or not ids:
+            raise UsageError("--ids-json must be a non-empty JSON array of ids")
+        return client.delete(ids)
+    if command == "clear-store":
+        if not args.yes:
+            print(
+                "This deletes every item in the store. Type Y to delete: ",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+            if sys.stdin.readline().strip() != "Y":
+                print("Aborted.", file=sys.stderr)
+                raise SystemExit(1)
+        return client.clear_store()
+    if command == "export":
+        return client.export(
+            limit=args.limit, cursor=args.cursor, include_vectors=args.include_vectors
+        )
+    raise UsageError(f"unknown command {command}")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        result = run(args)
+    except EdgeragError as exc:
+        if exc.body is not None:
+            print(json.dumps(exc.body, indent=2))
+        print(f"Error ({exc.status_code}): {exc.message}", file=sys.stderr)
+        return 1
+    except (UsageError, requests.RequestException) as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2, ensure_ascii=False))
+    return 0
+
+
+COMMANDS = {
+    "status",
+    "upload-documents",
+    "upload-vectors",
+    "search",
+    "delete",
+    "clear-store",
+    "export",
+}

@@ -1,0 +1,191 @@
+"""Python client for the edgerag HTTP API (moorcheh-edge surface).
+
+from flask_app.client import Client
+c = Client("http://localhost:8080")
+c.upload_documents([{"id": "hours", "text": "Open 9 to 5."}])
+c.search_text("when are you open?", top_k=3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import requests
+
+Json = dict[str, Any]
+Progress = Callable[[int], None]
+
+
+class EdgeragError(Exception):
+    """An API error: `status_code` and the parsed JSON `body` (when there is one)."""
+
+    def __init__(self, message: str, status_code: int, body: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.body = body
+
+    @property
+    def is_item_limit_exceeded(self) -> bool:
+        return (
+            self.status_code == 409
+            and isinstance(self.body, dict)
+            and self.body.get("status") == "failure"
+            and "max_items" in self.body
+        )
+
+
+class Client:
+    def __init__(self, base_url: str = "http://localhost:8080", timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.session = requests.Session()
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Json:
+        response = self.session.request(
+            method, self.base_url + path, json=json, params=params, timeout=timeout or self.timeout
+        )
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.status_code >= 400:
+            message = body.get("message") if isinstance(body, dict) else None
+            raise EdgeragError(
+                message or response.text or response.reason, response.status_code, body
+            )
+        if not isinstance(body, dict):
+            raise EdgeragError("response is not a JSON object", response.status_code, body)
+        return body
+
+    # --- data API -------------------------------------------------------------
+
+    def health(self) -> Json:
+        return self.request("GET", "/health")
+
+    def upload(self, payload: Json) -> Json:
+        return self.request("POST", "/upload", payload)
+
+    def _upload_batches(
+        self, items: Sequence[Json], mode: str, batch_size: int, progress: Progress | None
+    ) -> Json:
+        if not items:
+            raise ValueError("nothing to upload")
+        result: Json = {}
+        for start in range(0, len(items), batch_size):
+            batch = list(items[start : start + batch_size])
+            result = self.upload({"store_mode": mode, "items": batch})
+            if progress is not None:
+                progress(len(batch))
+        return result
+
+    def upload_documents(
+        self, documents: Sequence[Json], *, batch_size: int = 256, progress: Progress | None = None
+    ) -> Json:
+        """`[{"id", "text", "metadata"?}]`; the server embeds the texts."""
+        keys = ("id", "text", "metadata")
+        items: list[Json] = [{k: d[k] for k in keys if k in d} for d in documents]
+        return self._upload_batches(items, "text", batch_size, progress)
+
+    def upload_vectors(
+        self, vectors: Sequence[Json], *, batch_size: int = 1000, progress: Progress | None = None
+    ) -> Json:
+        """`[{"id", "vector", "text"? / "original_text"?, "metadata"?}]` (vector mode)."""
+        items = []
+        for v in vectors:
+            item = {"id": v["id"], "vector": v["vector"]}
+            text = v.get("text", v.get("original_text"))
+            if text is not None:
+                item["text"] = text
+            if "metadata" in v:
+                item["metadata"] = v["metadata"]
+            items.append(item)
+        return self._upload_batches(items, "vector", batch_size, progress)
+
+    def _search(
+        self,
+        query: Sequence[float] | str,
+        top_k: int,
+        threshold: float,
+        kiosk_mode: bool,
+        metadata: Json | None,
+    ) -> list[Json]:
+        payload: Json = {
+            "query": query if isinstance(query, str) else list(query),
+            "top_k": top_k,
+            "kiosk_mode": kiosk_mode,
+        }
+        if kiosk_mode or threshold > 0:
+            payload["threshold"] = threshold
+        if metadata:
+            payload["metadata"] = metadata
+        results: list[Json] = self.request("POST", "/search", payload)["results"]
+        return results
+
+    def search(
+        self,
+        query: Sequence[float],
+        *,
+        top_k: int = 10,
+        threshold: float = 0.0,
+        kiosk_mode: bool = False,
+        metadata: Json | None = None,
+    ) -> list[Json]:
+        return self._search(query, top_k, threshold, kiosk_mode, metadata)
+
+    def search_text(
+        self,
+        query: str,
+        *,
+        top_k: int = 10,
+        threshold: float = 0.0,
+        kiosk_mode: bool = False,
+        metadata: Json | None = None,
+    ) -> list[Json]:
+        """The server embeds `query` with its embedding model."""
+        return self._search(query, top_k, threshold, kiosk_mode, metadata)
+
+    def delete(self, ids: Sequence[str]) -> Json:
+        return self.request("DELETE", "/items", {"ids": list(ids)})
+
+    def clear_store(self) -> Json:
+        return self.request("DELETE", "/store")
+
+    def export(
+        self, *, limit: int | None = None, cursor: str | None = None, include_vectors: bool = False
+    ) -> Json:
+        params: dict[str, Any] = {}
+        if limit is not None:
+            params["limit"] = limit
+        if cursor is not None:
+            params["cursor"] = cursor
+        if include_vectors:
+            params["include_vectors"] = "true"
+        return self.request("GET", "/export", params=params)
+
+    def export_all(self, *, page: int = 1000, include_vectors: bool = False) -> Iterator[Json]:
+        """Every item, fetched page by page."""
+        cursor = None
+        while True:
+            body = self.export(limit=page, cursor=cursor, include_vectors=include_vectors)
+            yield from body["items"]
+            cursor = body.get("next_cursor")
+            if not cursor:
+                return
