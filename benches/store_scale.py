@@ -29,10 +29,25 @@ from tests.http_client import free_port
 def start(data_dir: Path, port: int) -> tuple[subprocess.Popen[bytes], float]:
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flask_app.cli", "serve", "--no-llm", "--no-embedder",
-         "--max-items", "0", "--max-body-mb", "256", "--port", str(port),
-         "--data-dir", str(data_dir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "flask_app.cli",
+            "serve",
+            "--no-llm",
+            "--no-embedder",
+            "--max-items",
+            "0",
+            "--max-body-mb",
+            "256",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while True:
         try:
             requests.get(f"http://127.0.0.1:{port}/health", timeout=1).raise_for_status()
@@ -57,8 +72,11 @@ def main() -> None:
         hi = min(args.n, lo + args.batch)
         vectors = rng.standard_normal((hi - lo, args.dim), dtype=np.float32)
         items = [{"id": f"doc-{i}", "vector": vectors[i - lo]} for i in range(lo, hi)]
-        bodies.append(orjson.dumps({"store_mode": "vector", "items": items},
-                                   option=orjson.OPT_SERIALIZE_NUMPY))
+        bodies.append(
+            orjson.dumps(
+                {"store_mode": "vector", "items": items}, option=orjson.OPT_SERIALIZE_NUMPY
+            )
+        )
     queries = rng.standard_normal((20, args.dim), dtype=np.float32)
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "data"
@@ -76,8 +94,12 @@ def main() -> None:
                     body = next(next_body, None)
                 if body is None:
                     return
-                r = session.post(base + "/upload", data=body, timeout=120,
-                                 headers={"Content-Type": "application/json"})
+                r = session.post(
+                    base + "/upload",
+                    data=body,
+                    timeout=120,
+                    headers={"Content-Type": "application/json"},
+                )
                 if r.status_code != 200:
                     failures.append(r.text)
                     return
@@ -92,8 +114,10 @@ def main() -> None:
         if failures:
             raise SystemExit(f"upload failed: {failures[0]}")
         total = requests.get(base + "/health", timeout=10).json()["items"]
-        print(f"uploaded {total:,} vectors in {elapsed:.1f} s: {total / elapsed:,.0f} vectors/s "
-              f"({args.clients} clients, batches of {args.batch})")
+        print(
+            f"uploaded {total:,} vectors in {elapsed:.1f} s: {total / elapsed:,.0f} vectors/s "
+            f"({args.clients} clients, batches of {args.batch})"
+        )
         proc.terminate()
         proc.wait(30)
         readies = []
@@ -104,17 +128,24 @@ def main() -> None:
             session = requests.Session()
             for q in queries:
                 t0 = time.perf_counter()
-                r = session.post(base + "/search", data=orjson.dumps(
-                    {"query": q, "top_k": 10}, option=orjson.OPT_SERIALIZE_NUMPY),
-                    headers={"Content-Type": "application/json"}, timeout=30)
+                r = session.post(
+                    base + "/search",
+                    data=orjson.dumps({"query": q, "top_k": 10}, option=orjson.OPT_SERIALIZE_NUMPY),
+                    headers={"Content-Type": "application/json"},
+                    timeout=30,
+                )
                 latencies.append(time.perf_counter() - t0)
                 assert len(r.json()["results"]) == 10
             proc.terminate()
             proc.wait(30)
-        print(f"restart until /health answers: median {statistics.median(readies):.2f} s "
-              f"(runs: {', '.join(f'{r:.2f}' for r in readies)})")
-        print(f"/search over HTTP after restart: median {statistics.median(latencies) * 1000:.1f} ms,"
-              f" first {latencies[0] * 1000:.1f} ms")
+        print(
+            f"restart until /health answers: median {statistics.median(readies):.2f} s "
+            f"(runs: {', '.join(f'{r:.2f}' for r in readies)})"
+        )
+        print(
+            f"/search over HTTP after restart: median {statistics.median(latencies) * 1000:.1f} ms,"
+            f" first {latencies[0] * 1000:.1f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ mod python {
         AllowTypeChange, IntoPyArray, PyArray1, PyArray2, PyArrayLike1, PyArrayLike2,
         PyArrayMethods, PyUntypedArrayMethods,
     };
-    use pyo3::types::{PyFloat, PyInt, PyList};
     use pyo3::create_exception;
     use pyo3::exceptions::{PyOSError, PyValueError};
     use pyo3::prelude::*;
+    use pyo3::types::{PyFloat, PyInt, PyList};
 
     use crate::cpu;
     use crate::error::SimcoreError;
