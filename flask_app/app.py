@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask
 
 from flask_app import extensions
-from flask_app.api import errors, moorcheh
+from flask_app.api import errors, moorcheh, moorcheh_answer
 from flask_app.api.json_body import OrjsonProvider
 from flask_app.services import Services, load_services
 from flask_app.settings import Settings
@@ -18,5 +18,6 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = int(settings.max_body_mb * 1024 * 1024)
     extensions.install(app, settings, services if services is not None else load_services(settings))
     app.register_blueprint(moorcheh.blueprint)
+    app.register_blueprint(moorcheh_answer.blueprint)
     errors.register(app)
     return app

@@ -75,7 +75,11 @@ class Settings:
         default=120.0,
         metadata=_help("deadline in seconds for one LLM request, queueing included"),
     )
-    max_tokens: int = field(default=512, metadata=_help("most tokens one answer may generate"))
+    max_tokens: int = field(default=256, metadata=_help("most tokens one answer may generate"))
+    context_tokens: int = field(
+        default=1024,
+        metadata=_help("most tokens of retrieved passages in a prompt (the latency budget)"),
+    )
     max_items: int = field(
         default=10_000, metadata=_help("item cap of the moorcheh-edge store; 0 means no cap")
     )
@@ -98,6 +102,7 @@ class Settings:
             (1 <= self.max_tokens < self.n_ctx, "max_tokens must be 1..n_ctx-1"),
             (self.quant in ("q4_0", "q4_k_m"), "quant must be q4_0 or q4_k_m"),
             (self.max_items >= 0, "max_items must be >= 0"),
+            (self.context_tokens >= 16, "context_tokens must be >= 16"),
             (self.max_body_mb > 0, "max_body_mb must be > 0"),
             (self.score_mapping in ("clip", "shift"), "score_mapping must be clip or shift"),
         ]

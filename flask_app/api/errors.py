@@ -9,6 +9,7 @@ from werkzeug.exceptions import HTTPException
 
 from flask_app.api.json_body import BadRequest
 from flask_app.llm import LLMFailed, LLMOverloaded, LLMTimeout
+from flask_app.rag import RagError
 from flask_app.store import CapacityError, StoreError
 
 _log = logging.getLogger("edgerag")
@@ -50,6 +51,10 @@ def register(app: Flask) -> None:
     def store_error(exc: StoreError) -> tuple[Response, int]:
         word = "failure" if exc.status == 409 else "error"
         return jsonify(status=word, message=str(exc)), exc.status
+
+    @app.errorhandler(RagError)
+    def rag_error(exc: RagError) -> tuple[Response, int]:
+        return _json(400, str(exc))
 
     @app.errorhandler(LLMOverloaded)
     def overloaded(exc: LLMOverloaded) -> tuple[Response, int]:

@@ -16,7 +16,7 @@ import numpy.typing as npt
 from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from flask_app import scores, simcore
+from flask_app import rag, scores, simcore
 from flask_app.api.json_body import BadRequest, json_object, validate
 from flask_app.api.moorcheh_schema import DeleteItems, LegacyUpload, Search, Upload, UploadItem
 from flask_app.embed import EmbeddingError
@@ -179,35 +179,22 @@ def upload() -> ResponseReturnValue:
     return _upload(parsed.items, matrix, parsed.store_mode, parsed.embedding_model, "items")
 
 
-def _query_vector(query: list[float] | str, collection: Collection) -> Vector:
-    info = collection.info()
-    if isinstance(query, str):
-        embedder = _services().embedder
-        if not query.strip():
-            raise BadRequest("query: empty text")
-        if embedder is None:
-            raise BadRequest(
-                "query: text queries need the server's embedding model "
-                "(started with --no-embedder); send a vector"
-            )
-        if info.embedding_model not in (None, embedder.model_id):
-            raise BadRequest(
-                f"query: the store holds vectors from {info.embedding_model!r}, not the server's "
-                f"embedder {embedder.model_id!r}; send a query vector from the same model"
-            )
-        try:
-            embedded: Vector = embedder.embed([query])[0]
-        except EmbeddingError as exc:
-            raise BadRequest(f"query: {exc}") from None
-        return embedded
+def parse_vector(values: list[Any], field: str) -> Vector:
+    """A client-sent query vector (numbers only, float32 range, not all zeros)."""
     try:
-        matrix = simcore.matrix_from_lists([query], "query")
-        vector: Vector = check_matrix(matrix, lambda _: "query", 1, MAX_DIM)[0]
+        matrix = simcore.matrix_from_lists([values], field)
+        vector: Vector = check_matrix(matrix, lambda _: field, 1, MAX_DIM)[0]
     except (ValueError, VectorError) as exc:
         raise BadRequest(str(exc)) from None
-    if info.dimension is not None and len(vector) != info.dimension:
-        raise BadRequest(f"query has {len(vector)} dimensions, the store has {info.dimension}")
     return vector
+
+
+def _query_vector(query: list[Any] | str, collection: Collection) -> Vector:
+    if isinstance(query, str):
+        question = rag.Question(query=query)
+    else:
+        question = rag.Question(query="", query_vector=parse_vector(query, "query"))
+    return rag.query_vector(collection, question, _services().embedder, field="query")
 
 
 def top_k_value(value: int) -> int:

@@ -49,3 +49,21 @@ class Search(_Body):
 
 class DeleteItems(_Body):
     ids: list[StrictStr] = Field(min_length=1, max_length=10_000)
+
+
+class HistoryTurn(_Body):
+    role: Literal["user", "assistant"]
+    content: StrictStr = Field(min_length=1, max_length=20_000, pattern=r"\S")
+
+
+class Answer(_Body):
+    query: StrictStr = Field(min_length=1, max_length=8_000, pattern=r"\S")
+    query_vector: list[Any] | None = None  # numbers checked by simcore.matrix_from_lists
+    top_k: StrictInt = 5
+    threshold: Number | None = None
+    kiosk_mode: StrictBool = False
+    header_prompt: StrictStr | None = Field(default=None, max_length=20_000)
+    footer_prompt: StrictStr | None = Field(default=None, max_length=20_000)
+    chat_history: list[HistoryTurn] | None = Field(default=None, max_length=100)
+    temperature: Number | None = Field(default=None, ge=0.0, le=2.0)
+    metadata: dict[str, MetadataValue] | None = None

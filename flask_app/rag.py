@@ -1,0 +1,271 @@
+"""One RAG pipeline for every HTTP surface:
+
+    retrieve -> fit passages to a token budget -> prompt -> generate / stream
+
+Each step is a separate function so it can be tested alone. The core knows
+nothing about HTTP: it raises `RagError` subclasses that the surfaces map.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from flask_app import prompts, scores
+from flask_app.embed import Embedder, EmbeddingError
+from flask_app.llm import LLM, ChatMessage, TokenStream
+from flask_app.store import Collection, Hit
+
+Vector = npt.NDArray[np.float32]
+
+
+class RagError(Exception):
+    """A request the pipeline cannot serve; the message says why."""
+
+
+class LLMNotConfigured(RagError):
+    def __init__(self) -> None:
+        super().__init__(
+            "LLM is not configured: the server was started with --no-llm; restart it without "
+            "--no-llm (`edgerag pull` fetches the default model) or with --model PATH.gguf"
+        )
+
+
+class QueryError(RagError):
+    """The query cannot be turned into a vector for this collection."""
+
+
+class ContextOverflow(RagError):
+    """Prompts, history and question leave no room in the context window."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A retrieved passage with its client-facing score and label."""
+
+    hit: Hit
+    score: float
+    label: str
+
+    def as_result(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.hit.id,
+            "score": self.score,
+            "label": self.label,
+            "text": self.hit.text,
+        }
+        if self.hit.metadata is not None:
+            out["metadata"] = self.hit.metadata
+        return out
+
+
+@dataclass(frozen=True)
+class Question:
+    """Everything a surface passes to the pipeline."""
+
+    query: str
+    query_vector: Vector | None = None
+    top_k: int = 5
+    threshold: float | None = None  # kiosk threshold on the 0-1 score; None = no filter
+    metadata: Mapping[str, Any] | None = None
+    header_prompt: str | None = None
+    footer_prompt: str | None = None
+    chat_history: Sequence[ChatMessage] = field(default_factory=list)
+    temperature: float = 0.2
+
+
+@dataclass(frozen=True)
+class Prompt:
+    messages: list[ChatMessage]
+    sources: list[Source]  # the passages actually in the prompt
+    prompt_tokens: int
+
+
+# --- retrieval -----------------------------------------------------------------
+
+
+def query_vector(
+    collection: Collection,
+    question: Question,
+    embedder: Embedder | None,
+    field: str = "query_vector",
+) -> Vector:
+    """The question's vector: the one given (named `field` in errors), or the
+    server's embedding of its text."""
+    info = collection.info()
+    if question.query_vector is not None:
+        if info.dimension is not None and len(question.query_vector) != info.dimension:
+            raise QueryError(
+                f"{field} has {len(question.query_vector)} dimensions, "
+                f"the store has {info.dimension}"
+            )
+        return question.query_vector
+    if not question.query.strip():
+        raise QueryError("query: empty text")
+    if embedder is None:
+        raise QueryError(
+            "query: text queries need the server's embedding model (it was started with "
+            "--no-embedder); send a query vector"
+        )
+    if info.embedding_model not in (None, embedder.model_id):
+        raise QueryError(
+            f"query: the store holds vectors from {info.embedding_model!r}, not the server's "
+            f"embedder {embedder.model_id!r}; send a query vector from the same model"
+        )
+    try:
+        embedded: Vector = embedder.embed([question.query])[0]
+    except EmbeddingError as exc:
+        raise QueryError(f"query: {exc}") from None
+    return embedded
+
+
+def retrieve(
+    collection: Collection, vector: Vector, question: Question, score_mapping: str = "clip"
+) -> list[Source]:
+    """Top-k passages, best first, minus those under the kiosk threshold."""
+    if collection.info().dimension is None:
+        return []
+    hits = collection.search(vector, question.top_k, metadata=question.metadata)
+    sources = []
+    for hit in hits:
+        score = scores.to_score(hit.score, score_mapping)
+        if question.threshold is not None and score < question.threshold:
+            continue
+        sources.append(Source(hit, score, scores.label(score)))
+    return sources
+
+
+# --- fitting passages to the budget ---------------------------------------------
+
+_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
+
+
+def cut_to_tokens(text: str, limit: int, count: Callable[[str], int]) -> str:
+    """The longest prefix of whole sentences within `limit` tokens (whole words
+    when not even the first sentence fits); "" when nothing fits."""
+    if count(text) <= limit:
+        return text
+    kept = ""
+    for sentence in _SENTENCE_END.split(text.strip()):
+        candidate = f"{kept} {sentence}".strip()
+        if count(candidate) > limit:
+            break
+        kept = candidate
+    if kept:
+        return kept
+    words = text.split()
+    lo, hi = 0, len(words)
+    while lo < hi:  # binary search on the number of words
+        mid = (lo + hi + 1) // 2
+        if count(" ".join(words[:mid])) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo])
+
+
+def fit_passages(texts: Sequence[str], budget: int, count: Callable[[str], int]) -> list[str]:
+    """Passages in order while they fit in `budget` tokens; the first that does
+    not fit is cut on a sentence boundary and ends the list."""
+    out: list[str] = []
+    used = 0
+    for i, text in enumerate(texts, 1):
+        overhead = count(f"Document {i}:\n\n\n")
+        room = budget - used - overhead
+        if room <= 0:
+            break
+        size = count(text)
+        if size <= room:
+            out.append(text)
+            used += size + overhead
+            continue
+        cut = cut_to_tokens(text, room, count)
+        if cut:
+            out.append(cut)
+        break
+    return out
+
+
+# --- prompt ----------------------------------------------------------------------
+
+
+def build_messages(question: Question, passages: Sequence[str]) -> list[ChatMessage]:
+    system = question.header_prompt if question.header_prompt else prompts.DEFAULT_SYSTEM_PROMPT
+    messages: list[ChatMessage] = [{"role": "system", "content": system}]
+    messages += [{"role": m["role"], "content": m["content"]} for m in question.chat_history]
+    messages.append(
+        {
+            "role": "user",
+            "content": prompts.user_message(passages, question.query, question.footer_prompt),
+        }
+    )
+    return messages
+
+
+def build_prompt(
+    llm: LLM,
+    question: Question,
+    sources: Sequence[Source],
+    *,
+    answer_tokens: int,
+    context_tokens: int,
+) -> Prompt:
+    """Fit as many passages as the budget allows: at most `context_tokens` of
+    passage text, and never more than the window leaves after the prompts,
+    the history, the question and `answer_tokens` for the answer."""
+    count = llm.count_tokens
+    history = list(question.chat_history)
+    while True:
+        trial = replace(question, chat_history=history)
+        fixed = llm.count_chat_tokens(build_messages(trial, []))
+        room = llm.n_ctx - answer_tokens - fixed
+        if room >= 64 or not history:
+            break
+        history = history[2:]  # drop the oldest exchange
+    if room < 16:
+        raise ContextOverflow(
+            f"the prompts and question take {fixed} tokens; with {answer_tokens} for the answer "
+            f"they do not fit the {llm.n_ctx}-token context window"
+        )
+    all_texts = [s.hit.text for s in sources]
+    budget = min(room, context_tokens)
+    for _ in range(4):
+        texts = fit_passages(all_texts, budget, count)
+        messages = build_messages(trial, texts)
+        total = llm.count_chat_tokens(messages)
+        # parts and whole can tokenize a few tokens apart: the whole must fit
+        overflow = total + answer_tokens - llm.n_ctx
+        if overflow <= 0:
+            return Prompt(messages, list(sources[: len(texts)]), total)
+        budget -= overflow + 8
+    raise ContextOverflow(f"could not fit the passages into the {llm.n_ctx}-token window")
+
+
+# --- generation ----------------------------------------------------------------
+
+
+def clean_stream(tokens: Iterator[str]) -> Iterator[str]:
+    """Drop leading whitespace of the answer; every other delta passes through,
+    so the deltas always join to exactly the final answer."""
+    started = False
+    for delta in tokens:
+        if not started:
+            delta = delta.lstrip()
+            if not delta:
+                continue
+            started = True
+        yield delta
+
+
+def open_stream(
+    llm: LLM | None, prompt: Prompt, question: Question, answer_tokens: int
+) -> TokenStream:
+    """Wait for the model and start generating (raises LLMOverloaded/LLMTimeout)."""
+    if llm is None:
+        raise LLMNotConfigured()
+    return llm.stream(prompt.messages, max_tokens=answer_tokens, temperature=question.temperature)
