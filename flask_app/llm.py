@@ -16,6 +16,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypedDict, cast
 
@@ -68,6 +69,20 @@ class Backend(Protocol):
         """Text deltas for `prompt`; closing the iterator stops generation."""
         ...
 
+    def yes_probability(self, prompt: str) -> float:
+        """P(yes) / (P(yes) + P(no)) for the first token after `prompt`."""
+        ...
+
+
+@dataclass(frozen=True)
+class Precheck:
+    """A yes/no question asked before generating: when the model's probability
+    of "yes" is below `threshold`, the stream yields `fallback` instead."""
+
+    messages: Sequence[ChatMessage]
+    threshold: float
+    fallback: str
+
 
 class LlamaBackend:
     """A GGUF chat model run by llama-cpp-python, prompted through its own chat template."""
@@ -109,6 +124,33 @@ class LlamaBackend:
         self._formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
         self._model_id = model_id or model_id_from_metadata(metadata, path)
         self.path = path
+
+        def first_token(word: str) -> int:
+            return int(self._llama.tokenize(word.encode(), add_bos=False, special=False)[0])
+
+        self._yes = [first_token(w) for w in ("yes", "Yes", "YES")]
+        self._no = [first_token(w) for w in ("no", "No", "NO")]
+
+    def yes_probability(self, prompt: str) -> float:
+        import numpy as np
+        from llama_cpp import LogitsProcessorList
+
+        first: list[float] = []
+
+        def read_first_logits(_ids: Any, logits: Any) -> Any:
+            if not first:
+                z = np.exp(logits - logits.max())
+                yes, no = float(z[self._yes].sum()), float(z[self._no].sum())
+                first.append(yes / (yes + no) if yes + no > 0 else 0.0)
+            return logits
+
+        self._llama.create_completion(
+            prompt,
+            max_tokens=1,
+            temperature=0.0,
+            logits_processor=LogitsProcessorList([read_first_logits]),
+        )
+        return first[0] if first else 0.0
 
     @property
     def model_id(self) -> str:
@@ -160,8 +202,11 @@ class ScriptedBackend:
         fail_after: int | None = None,
         model_id: str = "scripted-fake",
         n_ctx: int = 4096,
+        yes: float = 1.0,
     ) -> None:
         self._reply = reply
+        self.yes = yes  # what yes_probability answers
+        self.checks: list[str] = []
         self.token_delay = token_delay
         self.fail_after = fail_after
         self._model_id = model_id
@@ -176,6 +221,10 @@ class ScriptedBackend:
     @property
     def n_ctx(self) -> int:
         return self._n_ctx
+
+    def yes_probability(self, prompt: str) -> float:
+        self.checks.append(prompt)
+        return self.yes
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())
@@ -257,6 +306,7 @@ class TokenStream:
         self._started = time.monotonic()
         self._open = True
         self._cancelled = threading.Event()
+        self.precheck_probability: float | None = None  # P(yes) of the precheck, if asked
 
     def __iter__(self) -> TokenStream:
         return self
@@ -331,21 +381,38 @@ class LLM:
         max_tokens: int = 256,
         temperature: float = 0.2,
         timeout: float | None = None,
+        precheck: Precheck | None = None,
     ) -> TokenStream:
         """Wait for the model (FIFO), then return its token stream.
 
+        A `precheck` is asked first, in the same turn on the model; below its
+        threshold the stream yields its fallback text instead of generating.
         Raises `LLMOverloaded` at once when the queue is full and `LLMTimeout`
         when the deadline passes before the model is free.
         """
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         prompt = self.backend.render(messages)
         self.gate.acquire(deadline)
+        probability = None
         try:
-            tokens = self.backend.generate(prompt, max_tokens=max_tokens, temperature=temperature)
-        except Exception:
+            if precheck is not None:
+                probability = self.backend.yes_probability(self.backend.render(precheck.messages))
+            if (
+                precheck is not None
+                and probability is not None
+                and probability < precheck.threshold
+            ):
+                tokens: Iterator[str] = iter([precheck.fallback])
+            else:
+                tokens = self.backend.generate(
+                    prompt, max_tokens=max_tokens, temperature=temperature
+                )
+        except Exception as exc:
             self.gate.release(0.0)
-            raise
-        return TokenStream(tokens, self.gate, deadline)
+            raise LLMFailed(f"LLM request failed: {exc}") from exc
+        stream = TokenStream(tokens, self.gate, deadline)
+        stream.precheck_probability = probability
+        return stream
 
     def chat(
         self,

@@ -32,3 +32,18 @@ def user_message(passages: Sequence[str], question: str, footer: str | None = No
         parts.append(footer.strip())
     parts.append(f"Question: {question.strip()}")
     return "\n\n".join(parts)
+
+
+# The answerability check asked before generating (see rag.answer_precheck).
+# Measured on benches/eval: a separate short yes/no question about the best
+# passage separates answerable from unanswerable questions far better than the
+# model's own refusals (which it almost never gives when a passage is on topic).
+CHECK_SYSTEM_PROMPT = "You are a strict fact checker. Reply with one word: yes or no."
+
+
+def check_message(passage: str, question: str) -> str:
+    return (
+        f"Text: {passage.strip()}\n\nQuestion: {question.strip()}\n\n"
+        "Can the question be answered using only the text above? A text about the same "
+        "thing that does not give the asked detail does not answer it."
+    )

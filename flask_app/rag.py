@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from flask_app import prompts, scores
 from flask_app.embed import Embedder, EmbeddingError
-from flask_app.llm import LLM, ChatMessage, TokenStream
+from flask_app.llm import LLM, ChatMessage, Precheck, TokenStream
 from flask_app.store import Collection, Hit
 
 Vector = npt.NDArray[np.float32]
@@ -125,9 +125,14 @@ def query_vector(
 
 
 def retrieve(
-    collection: Collection, vector: Vector, question: Question, score_mapping: str = "clip"
+    collection: Collection,
+    vector: Vector,
+    question: Question,
+    score_mapping: str = "clip",
+    min_score: float = 0.0,
 ) -> list[Source]:
-    """Top-k passages, best first, minus those under the kiosk threshold."""
+    """Top-k passages, best first, minus those under the kiosk threshold and
+    under `min_score` (the floor below which a passage is not worth a prompt)."""
     if collection.info().dimension is None:
         return []
     hits = collection.search(vector, question.top_k, metadata=question.metadata)
@@ -135,6 +140,8 @@ def retrieve(
     for hit in hits:
         score = scores.to_score(hit.score, score_mapping)
         if question.threshold is not None and score < question.threshold:
+            continue
+        if score < min_score:
             continue
         sources.append(Source(hit, score, scores.label(score)))
     return sources
@@ -262,10 +269,33 @@ def clean_stream(tokens: Iterator[str]) -> Iterator[str]:
         yield delta
 
 
+def answer_precheck(
+    question: Question, sources: Sequence[Source], threshold: float
+) -> Precheck | None:
+    """Ask the model whether the best passage answers the question before it
+    generates; below `threshold` the answer is the fixed no-information sentence."""
+    if threshold <= 0 or not sources:
+        return None
+    messages: list[ChatMessage] = [
+        {"role": "system", "content": prompts.CHECK_SYSTEM_PROMPT},
+        {"role": "user", "content": prompts.check_message(sources[0].hit.text, question.query)},
+    ]
+    return Precheck(messages, threshold, prompts.NO_CONTEXT_ANSWER)
+
+
 def open_stream(
-    llm: LLM | None, prompt: Prompt, question: Question, answer_tokens: int
+    llm: LLM | None,
+    prompt: Prompt,
+    question: Question,
+    answer_tokens: int,
+    precheck: Precheck | None = None,
 ) -> TokenStream:
     """Wait for the model and start generating (raises LLMOverloaded/LLMTimeout)."""
     if llm is None:
         raise LLMNotConfigured()
-    return llm.stream(prompt.messages, max_tokens=answer_tokens, temperature=question.temperature)
+    return llm.stream(
+        prompt.messages,
+        max_tokens=answer_tokens,
+        temperature=question.temperature,
+        precheck=precheck,
+    )

@@ -76,6 +76,16 @@ class Settings:
         metadata=_help("deadline in seconds for one LLM request, queueing included"),
     )
     max_tokens: int = field(default=256, metadata=_help("most tokens one answer may generate"))
+    answer_min_score: float = field(
+        default=0.5,
+        metadata=_help("passages scoring below this (0-1) are not sent to the LLM; 0 sends all"),
+    )
+    answer_check: float = field(
+        default=0.38,
+        metadata=_help(
+            "refuse when the model's P(yes) that the best passage answers is below this; 0 = off"
+        ),
+    )
     context_tokens: int = field(
         default=1024,
         metadata=_help("most tokens of retrieved passages in a prompt (the latency budget)"),
@@ -103,6 +113,8 @@ class Settings:
             (self.quant in ("q4_0", "q4_k_m"), "quant must be q4_0 or q4_k_m"),
             (self.max_items >= 0, "max_items must be >= 0"),
             (self.context_tokens >= 16, "context_tokens must be >= 16"),
+            (0.0 <= self.answer_min_score <= 1.0, "answer_min_score must be 0..1"),
+            (0.0 <= self.answer_check < 1.0, "answer_check must be in [0, 1)"),
             (self.max_body_mb > 0, "max_body_mb must be > 0"),
             (self.score_mapping in ("clip", "shift"), "score_mapping must be clip or shift"),
         ]

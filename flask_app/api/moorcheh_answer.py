@@ -19,7 +19,7 @@ from flask_app.api.json_body import json_object, validate
 from flask_app.api.moorcheh import kiosk_threshold, parse_vector, top_k_value
 from flask_app.api.moorcheh_schema import Answer
 from flask_app.extensions import services_of, settings_of
-from flask_app.llm import ChatMessage, LLMError, LLMTimeout
+from flask_app.llm import ChatMessage, LLMError, LLMTimeout, TokenStream
 
 blueprint = Blueprint("moorcheh_answer", __name__)
 
@@ -57,7 +57,9 @@ def _prepare() -> tuple[rag.Question, list[rag.Source], rag.Prompt | None]:
     if collection.info().dimension is None:
         return question, [], None
     vector = rag.query_vector(collection, question, services.embedder)
-    sources = rag.retrieve(collection, vector, question, settings.score_mapping)
+    sources = rag.retrieve(
+        collection, vector, question, settings.score_mapping, settings.answer_min_score
+    )
     if not sources:
         return question, [], None
     prompt = rag.build_prompt(
@@ -68,6 +70,14 @@ def _prepare() -> tuple[rag.Question, list[rag.Source], rag.Prompt | None]:
         context_tokens=settings.context_tokens,
     )
     return question, prompt.sources, prompt
+
+
+def _open(question: rag.Question, sources: list[rag.Source], prompt: rag.Prompt) -> TokenStream:
+    """Queue for the model, run the answerability check, start generating."""
+    settings = settings_of(current_app)
+    precheck = rag.answer_precheck(question, sources, settings.answer_check)
+    llm = services_of(current_app).llm
+    return rag.open_stream(llm, prompt, question, settings.max_tokens, precheck)
 
 
 @blueprint.post("/answer")
@@ -84,13 +94,14 @@ def answer() -> ResponseReturnValue:
     }
     if prompt is None:
         return jsonify(body)
-    with rag.open_stream(llm, prompt, question, settings_of(current_app).max_tokens) as tokens:
+    with _open(question, sources, prompt) as tokens:
         text = "".join(rag.clean_stream(tokens))
     body.update(
         answer=text,
         context_count=len(sources),
         sources=[s.as_result() for s in sources],
         usage={"prompt_tokens": prompt.prompt_tokens, "completion_tokens": llm.count_tokens(text)},
+        answer_check=tokens.precheck_probability,
     )
     return jsonify(body)
 
@@ -107,7 +118,7 @@ def answer_stream() -> ResponseReturnValue:
     # Take the model (or fail with 503) before the response starts.
     tokens = None
     if prompt is not None:
-        tokens = rag.open_stream(llm, prompt, question, settings_of(current_app).max_tokens)
+        tokens = _open(question, sources, prompt)
     meta = {
         "model": llm.model_id,
         "context_count": len(sources),
