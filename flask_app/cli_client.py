@@ -68,6 +68,21 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--kiosk-mode", action="store_true", help="drop results below --threshold")
     p.add_argument("--metadata-json", help='exact-match metadata filter, e.g. {"lang": "en"}')
     _base(p)
+    p = sub.add_parser("answer", help="ask a question: POST /answer (or /answer/stream)")
+    p.add_argument("--query", required=True, help="the question")
+    p.add_argument("--query-vector-json", help="JSON array; default: the server embeds --query")
+    p.add_argument("--top-k", type=int, default=5, help="passages to retrieve (default 5)")
+    p.add_argument("--threshold", type=float, default=0.0, help="kiosk threshold 0-1 (default 0)")
+    p.add_argument("--kiosk-mode", action="store_true", help="drop passages below --threshold")
+    p.add_argument("--header-prompt", help="replaces the default system prompt")
+    p.add_argument("--footer-prompt", help="instruction placed before the question")
+    p.add_argument(
+        "--chat-history-json", help='JSON array of {"role": "user"|"assistant", "content": "..."}'
+    )
+    p.add_argument("--temperature", type=float, help="0-2 (server default 0.2)")
+    p.add_argument("--metadata-json", help="exact-match metadata filter for retrieval")
+    p.add_argument("--stream", action="store_true", help="print the answer as it is generated")
+    _base(p)
     p = sub.add_parser("delete", help="DELETE /items")
     p.add_argument("--ids-json", required=True, help='JSON array of ids, e.g. ["a", "b"]')
     _base(p)
@@ -119,6 +134,57 @@ def _with_progress(total: int, label: str, upload: Callable[[Callable[[int], Non
         return upload(advance)
 
 
+def _history(text: str | None) -> list[dict[str, str]] | None:
+    if not text:
+        return None
+    history = _load_json(text, "--chat-history-json")
+    if not isinstance(history, list):
+        raise UsageError("--chat-history-json must be a JSON array")
+    for i, turn in enumerate(history):
+        if (
+            not isinstance(turn, dict)
+            or turn.get("role") not in ("user", "assistant")
+            or not isinstance(turn.get("content"), str)
+            or not turn["content"].strip()
+        ):
+            raise UsageError(f"--chat-history-json[{i}] needs role user|assistant and content")
+    return history
+
+
+# Marker: the answer was already printed token by token.
+STREAMED = object()
+
+
+def _answer(client: Client, args: argparse.Namespace) -> Any:
+    vector = None
+    if args.query_vector_json:
+        vector = _load_json(args.query_vector_json, "--query-vector-json")
+        if not isinstance(vector, list):
+            raise UsageError("--query-vector-json must be a JSON array of numbers")
+    metadata = _load_json(args.metadata_json, "--metadata-json") if args.metadata_json else None
+    options: dict[str, Any] = {
+        "top_k": args.top_k,
+        "threshold": args.threshold,
+        "kiosk_mode": args.kiosk_mode,
+        "header_prompt": args.header_prompt,
+        "footer_prompt": args.footer_prompt,
+        "chat_history": _history(args.chat_history_json),
+        "temperature": args.temperature,
+        "metadata": metadata,
+    }
+    if not args.stream:
+        return client.answer(args.query, vector, timeout=args.timeout, **options)
+    for event, data in client.answer_stream(args.query, vector, **options):
+        if event == "token":
+            print(data["delta"], end="", flush=True)
+        elif event == "done":
+            print(flush=True)
+        elif event == "error":
+            print(flush=True)
+            raise EdgeragError(data.get("message", "stream error"), 200, data)
+    return STREAMED
+
+
 def run(args: argparse.Namespace) -> Any:
     client = Client(args.base_url, timeout=args.timeout)
     command = args.command
@@ -152,6 +218,8 @@ def run(args: argparse.Namespace) -> Any:
         if not isinstance(vector, list):
             raise UsageError("--query-vector-json must be a JSON array of numbers")
         return {"results": client.search(vector, **options)}
+    if command == "answer":
+        return _answer(client, args)
     if command == "delete":
         ids = _load_json(args.ids_json, "--ids-json")
         if not isinstance(ids, list) or not ids:
@@ -187,7 +255,8 @@ def main(args: argparse.Namespace) -> int:
     except (UsageError, requests.RequestException) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(result, indent=2, ensure_ascii=False))
+    if result is not STREAMED:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
     return 0
 
 
@@ -196,6 +265,7 @@ COMMANDS = {
     "upload-documents",
     "upload-vectors",
     "search",
+    "answer",
     "delete",
     "clear-store",
     "export",

@@ -8,10 +8,12 @@ c.search_text("when are you open?", top_k=3)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import requests
+import sseclient
 
 Json = dict[str, Any]
 Progress = Callable[[int], None]
@@ -51,6 +53,17 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @staticmethod
+    def _raise_for(response: requests.Response) -> None:
+        if response.status_code < 400:
+            return
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        message = body.get("message") if isinstance(body, dict) else None
+        raise EdgeragError(message or response.text or response.reason, response.status_code, body)
+
     def request(
         self,
         method: str,
@@ -62,15 +75,11 @@ class Client:
         response = self.session.request(
             method, self.base_url + path, json=json, params=params, timeout=timeout or self.timeout
         )
+        self._raise_for(response)
         try:
             body = response.json()
         except ValueError:
             body = None
-        if response.status_code >= 400:
-            message = body.get("message") if isinstance(body, dict) else None
-            raise EdgeragError(
-                message or response.text or response.reason, response.status_code, body
-            )
         if not isinstance(body, dict):
             raise EdgeragError("response is not a JSON object", response.status_code, body)
         return body
@@ -189,3 +198,113 @@ class Client:
             cursor = body.get("next_cursor")
             if not cursor:
                 return
+
+    # --- RAG answers --------------------------------------------------------------
+
+    @staticmethod
+    def _answer_payload(
+        query: str,
+        query_vector: Sequence[float] | None,
+        top_k: int,
+        threshold: float,
+        kiosk_mode: bool,
+        header_prompt: str | None,
+        footer_prompt: str | None,
+        chat_history: Sequence[Json] | None,
+        temperature: float | None,
+        metadata: Json | None,
+    ) -> Json:
+        payload: Json = {"query": query, "top_k": top_k, "kiosk_mode": kiosk_mode}
+        if query_vector is not None:
+            payload["query_vector"] = list(query_vector)
+        if kiosk_mode or threshold > 0:
+            payload["threshold"] = threshold
+        if header_prompt:
+            payload["header_prompt"] = header_prompt
+        if footer_prompt:
+            payload["footer_prompt"] = footer_prompt
+        if chat_history:
+            payload["chat_history"] = list(chat_history)
+        if temperature is not None:
+            payload["temperature"] = temperature
+        if metadata:
+            payload["metadata"] = metadata
+        return payload
+
+    def answer(
+        self,
+        query: str,
+        query_vector: Sequence[float] | None = None,
+        *,
+        top_k: int = 5,
+        threshold: float = 0.0,
+        kiosk_mode: bool = False,
+        header_prompt: str | None = None,
+        footer_prompt: str | None = None,
+        chat_history: Sequence[Json] | None = None,
+        temperature: float | None = None,
+        metadata: Json | None = None,
+        timeout: float = 120.0,
+    ) -> Json:
+        """POST /answer; without `query_vector` the server embeds `query`."""
+        payload = self._answer_payload(
+            query,
+            query_vector,
+            top_k,
+            threshold,
+            kiosk_mode,
+            header_prompt,
+            footer_prompt,
+            chat_history,
+            temperature,
+            metadata,
+        )
+        return self.request("POST", "/answer", payload, timeout=timeout)
+
+    def answer_text(self, query: str, **options: Any) -> Json:
+        """POST /answer with the server embedding the question."""
+        return self.answer(query, None, **options)
+
+    def answer_stream(
+        self,
+        query: str,
+        query_vector: Sequence[float] | None = None,
+        *,
+        top_k: int = 5,
+        threshold: float = 0.0,
+        kiosk_mode: bool = False,
+        header_prompt: str | None = None,
+        footer_prompt: str | None = None,
+        chat_history: Sequence[Json] | None = None,
+        temperature: float | None = None,
+        metadata: Json | None = None,
+    ) -> Iterator[tuple[str, Json]]:
+        """POST /answer/stream; yields (event, data): meta, token..., then done or error.
+        Errors before the stream starts raise EdgeragError."""
+        payload = self._answer_payload(
+            query,
+            query_vector,
+            top_k,
+            threshold,
+            kiosk_mode,
+            header_prompt,
+            footer_prompt,
+            chat_history,
+            temperature,
+            metadata,
+        )
+        response = self.session.post(
+            self.base_url + "/answer/stream",
+            json=payload,
+            stream=True,
+            timeout=(10, None),
+            headers={"Accept": "text/event-stream"},
+        )
+        with response:
+            self._raise_for(response)
+            chunks = response.iter_content(chunk_size=None)
+            for event in sseclient.SSEClient(chunks).events():
+                data = json.loads(event.data)
+                yield event.event, data
+                if event.event in ("done", "error"):
+                    return
