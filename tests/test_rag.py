@@ -1,0 +1,131 @@
+"""The RAG pipeline's parts with the scripted fake LLM: prompt assembly,
+passage budget, sentence-boundary cuts, history trimming."""
+
+from __future__ import annotations
+
+import pytest
+
+from flask_app import prompts, rag
+from flask_app.llm import LLM, ScriptedBackend
+from flask_app.store import Hit
+
+
+def source(text: str, score: float = 0.9, id_: str = "d") -> rag.Source:
+    return rag.Source(Hit(id_, score, text, None), score, "Close Match")
+
+
+def words(n: int, word: str = "w") -> str:
+    return " ".join([word] * n)
+
+
+def test_default_prompt_layout() -> None:
+    q = rag.Question(
+        query="When did it open?",
+        footer_prompt="Answer briefly.",
+        chat_history=[
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!"},
+        ],
+    )
+    messages = rag.build_messages(q, ["First passage.", "Second passage."])
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[0]["content"] == prompts.DEFAULT_SYSTEM_PROMPT
+    assert messages[1]["content"] == "Hi" and messages[2]["content"] == "Hello!"
+    assert messages[3]["content"] == (
+        "Document 1:\nFirst passage.\n\nDocument 2:\nSecond passage.\n\n"
+        "Answer briefly.\n\nQuestion: When did it open?"
+    )
+
+
+def test_header_prompt_replaces_the_system_prompt() -> None:
+    messages = rag.build_messages(rag.Question(query="q", header_prompt="You are a pirate."), ["p"])
+    assert messages[0] == {"role": "system", "content": "You are a pirate."}
+    assert "Document 1:\np" in messages[-1]["content"]
+
+
+def test_system_prompt_is_a_stable_prefix() -> None:
+    a = rag.build_messages(rag.Question(query="one"), ["alpha"])
+    b = rag.build_messages(rag.Question(query="two"), ["beta", "gamma"])
+    assert a[0] == b[0]
+
+
+def test_fit_passages_keeps_order_and_cuts_on_a_sentence() -> None:
+    count = len  # one "token" per character keeps the arithmetic visible
+    texts = ["a" * 30, "First sentence. Second sentence. Third one.", "never reached"]
+    fitted = rag.fit_passages(texts, 30 + 2 * len("Document 1:\n\n\n") + 33, count)
+    assert fitted[0] == "a" * 30
+    assert fitted[1] == "First sentence. Second sentence."
+    assert len(fitted) == 2
+
+
+def test_cut_falls_back_to_words_for_one_long_sentence() -> None:
+    text = "one two three four five six seven eight nine ten"
+    assert rag.cut_to_tokens(text, 3, lambda t: len(t.split())) == "one two three"
+    assert rag.cut_to_tokens(text, 0, lambda t: len(t.split())) == ""
+
+
+def test_budget_caps_passages_and_never_overflows_the_window() -> None:
+    llm = LLM(ScriptedBackend(n_ctx=300))
+    sources = [source(words(80, f"p{i}") + ".", id_=f"d{i}") for i in range(5)]
+    q = rag.Question(query="what?")
+    prompt = rag.build_prompt(llm, q, sources, answer_tokens=100, context_tokens=1000)
+    assert prompt.prompt_tokens + 100 <= 300
+    assert 1 <= len(prompt.sources) < 5
+    assert prompt.sources == sources[: len(prompt.sources)]
+    capped = rag.build_prompt(llm, q, sources, answer_tokens=10, context_tokens=90)
+    # 80 words + 2 label words fit; the second passage is cut to what is left (6 words)
+    assert [s.hit.id for s in capped.sources] == ["d0", "d1"]
+    assert "Document 2:\np1 p1 p1 p1 p1 p1\n" in capped.messages[-1]["content"]
+
+
+def test_long_history_drops_the_oldest_turns_first() -> None:
+    llm = LLM(ScriptedBackend(n_ctx=400))
+    history = []
+    for i in range(6):
+        history += [
+            {"role": "user", "content": words(30, f"u{i}")},
+            {"role": "assistant", "content": words(30, f"a{i}")},
+        ]
+    q = rag.Question(query="latest question", chat_history=history)  # type: ignore[arg-type]
+    prompt = rag.build_prompt(llm, q, [source("A passage.")], answer_tokens=50, context_tokens=100)
+    text = " ".join(m["content"] for m in prompt.messages)
+    assert "u5" in text and "u0" not in text
+    assert prompt.prompt_tokens + 50 <= 400
+
+
+def test_question_too_large_for_the_window_is_a_clear_error() -> None:
+    llm = LLM(ScriptedBackend(n_ctx=256))
+    with pytest.raises(rag.ContextOverflow, match="256-token context window"):
+        rag.build_prompt(
+            llm, rag.Question(query=words(400)), [source("p")], answer_tokens=64, context_tokens=100
+        )
+
+
+def test_clean_stream_strips_only_leading_whitespace() -> None:
+    assert list(rag.clean_stream(iter(["  ", " The", " end", " "]))) == ["The", " end", " "]
+
+
+def test_precheck_below_threshold_returns_the_fixed_sentence_without_generating() -> None:
+    backend = ScriptedBackend("Invented answer.", yes=0.2)
+    llm = LLM(backend)
+    sources = [source("The bridge opened in 1998.")]
+    q = rag.Question(query="Who designed the bridge?")
+    prompt = rag.build_prompt(llm, q, sources, answer_tokens=50, context_tokens=200)
+    check = rag.answer_precheck(q, sources, threshold=0.38)
+    with rag.open_stream(llm, prompt, q, 50, check) as tokens:
+        assert "".join(tokens) == prompts.NO_CONTEXT_ANSWER
+        assert tokens.precheck_probability == 0.2
+    assert backend.prompts == []  # nothing generated
+    assert "Who designed the bridge?" in backend.checks[0]
+    assert "The bridge opened in 1998." in backend.checks[0]
+
+
+def test_precheck_above_threshold_generates() -> None:
+    backend = ScriptedBackend("It opened in 1998.", yes=0.9)
+    llm = LLM(backend)
+    sources = [source("The bridge opened in 1998.")]
+    q = rag.Question(query="When did the bridge open?")
+    prompt = rag.build_prompt(llm, q, sources, answer_tokens=50, context_tokens=200)
+    with rag.open_stream(llm, prompt, q, 50, rag.answer_precheck(q, sources, 0.38)) as tokens:
+        assert "".join(tokens) == "It opened in 1998."
+    assert rag.answer_precheck(q, sources, 0.0) is None  # 0 disables the check
