@@ -1,0 +1,144 @@
+"""Latency of /answer with the real default models, over a real socket
+(waitress), in one run:
+
+1. time to first token (TTFT) and total time with 1, 3 and 5 passages;
+2. the stable system prompt reused from the KV cache (cold vs warm TTFT);
+3. the server's overhead over calling llama-cpp-python directly with the
+   exact prompt the server builds (same greedy output, same cache state);
+4. the cost of the answerability check.
+
+    .venv/bin/python benches/answer_latency.py [--repeats 5] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+import sseclient
+
+from flask_app import rag
+from flask_app.app import create_app
+from flask_app.services import load_services
+from flask_app.settings import Settings
+from tests.http_client import serve_in_thread
+
+HERE = Path(__file__).parent / "eval"
+QUESTIONS = [
+    "When did the Harlow Bridge open to traffic?",
+    "How high is Mount Ketra?",
+    "How many turbines does the Skerry wind farm have?",
+    "What does error code E42 mean on the Printo 500?",
+    "How many days of paid holiday do full-time employees get?",
+    "How many hearts does an octopus have?",
+    "What milk does the Tamsin cafe use by default?",
+]
+
+
+def stream_times(base: str, payload: dict[str, Any]) -> tuple[float, float]:
+    start = time.perf_counter()
+    response = requests.post(base + "/answer/stream", json=payload, stream=True, timeout=(5, 120))
+    first = None
+    for event in sseclient.SSEClient(response.iter_content(chunk_size=None)).events():
+        if event.event == "token" and first is None:
+            first = time.perf_counter()
+        if event.event in ("done", "error"):
+            break
+    end = time.perf_counter()
+    response.close()
+    return (first or end) - start, end - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    docs = json.loads((HERE / "documents.json").read_text())["documents"]
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        # no relevance floor and no check: exactly top_k passages reach the model
+        settings = Settings.load({"data_dir": Path(tmp), "answer_min_score": 0,
+                                  "answer_check": 0}, os.environ)
+        services = load_services(settings)
+        llm = services.llm
+        assert llm is not None
+        backend: Any = llm.backend
+        llama = backend._llama
+        app = create_app(settings, services)
+        app.test_client().post("/upload", json={"store_mode": "text", "items": docs})
+        with serve_in_thread(app) as base:
+            # 1. passages vs latency (cache warm for the system prompt, as in service)
+            rows = []
+            for k in (1, 3, 5):
+                ttfts, totals = [], []
+                for q in QUESTIONS[: args.repeats]:
+                    ttft, total = stream_times(base, {"query": q, "top_k": k, "temperature": 0})
+                    ttfts.append(ttft)
+                    totals.append(total)
+                rows.append({"passages": k, "ttft_ms": round(statistics.median(ttfts) * 1000),
+                             "total_ms": round(statistics.median(totals) * 1000)})
+                print(rows[-1], flush=True)
+            out["by_passages"] = rows
+            # 2. stable prefix: a cleared cache vs the same system prompt again
+            cold, warm = [], []
+            for q in QUESTIONS[: args.repeats]:
+                llama.reset()
+                cold.append(stream_times(base, {"query": q, "top_k": 3, "temperature": 0})[0])
+                other = QUESTIONS[(QUESTIONS.index(q) + 1) % len(QUESTIONS)]
+                warm.append(stream_times(base, {"query": other, "top_k": 3, "temperature": 0})[0])
+            out["prefix_cache"] = {"cold_ttft_ms": round(statistics.median(cold) * 1000),
+                                   "warm_ttft_ms": round(statistics.median(warm) * 1000)}
+            print(out["prefix_cache"], flush=True)
+            # 3. server overhead vs llama-cpp-python on the same prompt
+            collection = services.store.edge()
+            ratios, direct_ms, server_ms = [], [], []
+            for q in QUESTIONS[: args.repeats]:
+                question = rag.Question(query=q, top_k=3, temperature=0.0)
+                vector = rag.query_vector(collection, question, services.embedder)
+                sources = rag.retrieve(collection, vector, question, settings.score_mapping)
+                prompt = rag.build_prompt(llm, question, sources,
+                                          answer_tokens=settings.max_tokens,
+                                          context_tokens=settings.context_tokens)
+                text = backend.render(prompt.messages)
+                llama.reset()
+                start = time.perf_counter()
+                direct = "".join(c["choices"][0]["text"] for c in llama.create_completion(
+                    text, max_tokens=settings.max_tokens, temperature=0.0, stream=True))
+                d = time.perf_counter() - start
+                llama.reset()
+                start = time.perf_counter()
+                body = requests.post(base + "/answer", json={"query": q, "top_k": 3,
+                                                             "temperature": 0}, timeout=120).json()
+                s = time.perf_counter() - start
+                assert body["answer"] == direct.strip(), (body["answer"], direct)
+                ratios.append(s / d)
+                direct_ms.append(d * 1000)
+                server_ms.append(s * 1000)
+            out["overhead"] = {"direct_ms": round(statistics.median(direct_ms)),
+                               "server_ms": round(statistics.median(server_ms)),
+                               "ratio_median": round(statistics.median(ratios), 3)}
+            print(out["overhead"], flush=True)
+        # 4. the answerability check (default settings)
+        settings_check = Settings.load({"data_dir": Path(tmp) / "check"}, os.environ)
+        app2 = create_app(settings_check, services)
+        app2.test_client().post("/upload", json={"store_mode": "text", "items": docs})
+        with serve_in_thread(app2) as base2:
+            with_check = [stream_times(base2, {"query": q, "top_k": 3, "temperature": 0})[0]
+                          for q in QUESTIONS[: args.repeats]]
+        out["with_check_ttft_ms"] = round(statistics.median(with_check) * 1000)
+        print({"with_check_ttft_ms": out["with_check_ttft_ms"]}, flush=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
