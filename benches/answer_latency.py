@@ -65,8 +65,9 @@ def main() -> None:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         # no relevance floor and no check: exactly top_k passages reach the model
-        settings = Settings.load({"data_dir": Path(tmp), "answer_min_score": 0,
-                                  "answer_check": 0}, os.environ)
+        settings = Settings.load(
+            {"data_dir": Path(tmp), "answer_min_score": 0, "answer_check": 0}, os.environ
+        )
         services = load_services(settings)
         llm = services.llm
         assert llm is not None
@@ -83,8 +84,13 @@ def main() -> None:
                     ttft, total = stream_times(base, {"query": q, "top_k": k, "temperature": 0})
                     ttfts.append(ttft)
                     totals.append(total)
-                rows.append({"passages": k, "ttft_ms": round(statistics.median(ttfts) * 1000),
-                             "total_ms": round(statistics.median(totals) * 1000)})
+                rows.append(
+                    {
+                        "passages": k,
+                        "ttft_ms": round(statistics.median(ttfts) * 1000),
+                        "total_ms": round(statistics.median(totals) * 1000),
+                    }
+                )
                 print(rows[-1], flush=True)
             out["by_passages"] = rows
             # 2. stable prefix: a cleared cache vs the same system prompt again
@@ -94,8 +100,10 @@ def main() -> None:
                 cold.append(stream_times(base, {"query": q, "top_k": 3, "temperature": 0})[0])
                 other = QUESTIONS[(QUESTIONS.index(q) + 1) % len(QUESTIONS)]
                 warm.append(stream_times(base, {"query": other, "top_k": 3, "temperature": 0})[0])
-            out["prefix_cache"] = {"cold_ttft_ms": round(statistics.median(cold) * 1000),
-                                   "warm_ttft_ms": round(statistics.median(warm) * 1000)}
+            out["prefix_cache"] = {
+                "cold_ttft_ms": round(statistics.median(cold) * 1000),
+                "warm_ttft_ms": round(statistics.median(warm) * 1000),
+            }
             print(out["prefix_cache"], flush=True)
             # 3. server overhead vs llama-cpp-python on the same prompt
             collection = services.store.edge()
@@ -104,35 +112,48 @@ def main() -> None:
                 question = rag.Question(query=q, top_k=3, temperature=0.0)
                 vector = rag.query_vector(collection, question, services.embedder)
                 sources = rag.retrieve(collection, vector, question, settings.score_mapping)
-                prompt = rag.build_prompt(llm, question, sources,
-                                          answer_tokens=settings.max_tokens,
-                                          context_tokens=settings.context_tokens)
+                prompt = rag.build_prompt(
+                    llm,
+                    question,
+                    sources,
+                    answer_tokens=settings.max_tokens,
+                    context_tokens=settings.context_tokens,
+                )
                 text = backend.render(prompt.messages)
                 llama.reset()
                 start = time.perf_counter()
-                direct = "".join(c["choices"][0]["text"] for c in llama.create_completion(
-                    text, max_tokens=settings.max_tokens, temperature=0.0, stream=True))
+                direct = "".join(
+                    c["choices"][0]["text"]
+                    for c in llama.create_completion(
+                        text, max_tokens=settings.max_tokens, temperature=0.0, stream=True
+                    )
+                )
                 d = time.perf_counter() - start
                 llama.reset()
                 start = time.perf_counter()
-                body = requests.post(base + "/answer", json={"query": q, "top_k": 3,
-                                                             "temperature": 0}, timeout=120).json()
+                body = requests.post(
+                    base + "/answer", json={"query": q, "top_k": 3, "temperature": 0}, timeout=120
+                ).json()
                 s = time.perf_counter() - start
                 assert body["answer"] == direct.strip(), (body["answer"], direct)
                 ratios.append(s / d)
                 direct_ms.append(d * 1000)
                 server_ms.append(s * 1000)
-            out["overhead"] = {"direct_ms": round(statistics.median(direct_ms)),
-                               "server_ms": round(statistics.median(server_ms)),
-                               "ratio_median": round(statistics.median(ratios), 3)}
+            out["overhead"] = {
+                "direct_ms": round(statistics.median(direct_ms)),
+                "server_ms": round(statistics.median(server_ms)),
+                "ratio_median": round(statistics.median(ratios), 3),
+            }
             print(out["overhead"], flush=True)
         # 4. the answerability check (default settings)
         settings_check = Settings.load({"data_dir": Path(tmp) / "check"}, os.environ)
         app2 = create_app(settings_check, services)
         app2.test_client().post("/upload", json={"store_mode": "text", "items": docs})
         with serve_in_thread(app2) as base2:
-            with_check = [stream_times(base2, {"query": q, "top_k": 3, "temperature": 0})[0]
-                          for q in QUESTIONS[: args.repeats]]
+            with_check = [
+                stream_times(base2, {"query": q, "top_k": 3, "temperature": 0})[0]
+                for q in QUESTIONS[: args.repeats]
+            ]
         out["with_check_ttft_ms"] = round(statistics.median(with_check) * 1000)
         print({"with_check_ttft_ms": out["with_check_ttft_ms"]}, flush=True)
     if args.json:
