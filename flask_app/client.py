@@ -204,15 +204,16 @@ class Client:
     @staticmethod
     def _answer_payload(
         query: str,
-        query_vector: Sequence[float] | None,
-        top_k: int,
-        threshold: float,
-        kiosk_mode: bool,
-        header_prompt: str | None,
-        footer_prompt: str | None,
-        chat_history: Sequence[Json] | None,
-        temperature: float | None,
-        metadata: Json | None,
+        query_vector: Sequence[float] | None = None,
+        *,
+        top_k: int = 5,
+        threshold: float = 0.0,
+        kiosk_mode: bool = False,
+        header_prompt: str | None = None,
+        footer_prompt: str | None = None,
+        chat_history: Sequence[Json] | None = None,
+        temperature: float | None = None,
+        metadata: Json | None = None,
     ) -> Json:
         payload: Json = {"query": query, "top_k": top_k, "kiosk_mode": kiosk_mode}
         if query_vector is not None:
@@ -236,29 +237,16 @@ class Client:
         query: str,
         query_vector: Sequence[float] | None = None,
         *,
-        top_k: int = 5,
-        threshold: float = 0.0,
-        kiosk_mode: bool = False,
-        header_prompt: str | None = None,
-        footer_prompt: str | None = None,
-        chat_history: Sequence[Json] | None = None,
-        temperature: float | None = None,
-        metadata: Json | None = None,
         timeout: float = 120.0,
+        **options: Any,
     ) -> Json:
-        """POST /answer; without `query_vector` the server embeds `query`."""
-        payload = self._answer_payload(
-            query,
-            query_vector,
-            top_k,
-            threshold,
-            kiosk_mode,
-            header_prompt,
-            footer_prompt,
-            chat_history,
-            temperature,
-            metadata,
-        )
+        """POST /answer; without `query_vector` the server embeds `query`.
+
+        Options (as moorcheh-edge's SDK): top_k=5, threshold=0.0, kiosk_mode=False,
+        header_prompt, footer_prompt, chat_history, temperature, and metadata
+        (an exact-match filter).
+        """
+        payload = self._answer_payload(query, query_vector, **options)
         return self.request("POST", "/answer", payload, timeout=timeout)
 
     def answer_text(self, query: str, **options: Any) -> Json:
@@ -266,33 +254,12 @@ class Client:
         return self.answer(query, None, **options)
 
     def answer_stream(
-        self,
-        query: str,
-        query_vector: Sequence[float] | None = None,
-        *,
-        top_k: int = 5,
-        threshold: float = 0.0,
-        kiosk_mode: bool = False,
-        header_prompt: str | None = None,
-        footer_prompt: str | None = None,
-        chat_history: Sequence[Json] | None = None,
-        temperature: float | None = None,
-        metadata: Json | None = None,
+        self, query: str, query_vector: Sequence[float] | None = None, **options: Any
     ) -> Iterator[tuple[str, Json]]:
-        """POST /answer/stream; yields (event, data): meta, token..., then done or error.
-        Errors before the stream starts raise EdgeragError."""
-        payload = self._answer_payload(
-            query,
-            query_vector,
-            top_k,
-            threshold,
-            kiosk_mode,
-            header_prompt,
-            footer_prompt,
-            chat_history,
-            temperature,
-            metadata,
-        )
+        """POST /answer/stream (options as for `answer`); yields (event, data):
+        meta, token..., then done or error. Errors before the stream starts
+        raise EdgeragError."""
+        payload = self._answer_payload(query, query_vector, **options)
         response = self.session.post(
             self.base_url + "/answer/stream",
             json=payload,

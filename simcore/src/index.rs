@@ -75,6 +75,28 @@ impl<T: Copy + 'static> Rows<T> {
         ]
     }
 
+    /// Calls `f(rows, first_row, n)` for consecutive blocks of at most `block`
+    /// rows covering `lo..hi`.
+    fn blocks(
+        &self,
+        view: fn(&[u8]) -> &[T],
+        lo: usize,
+        hi: usize,
+        block: usize,
+        mut f: impl FnMut(&[T], usize, usize),
+    ) {
+        for (values, first, count) in self.parts(view) {
+            let (start, end) = (lo.max(first), hi.min(first + count));
+            let mut r = start;
+            while r < end {
+                let n = block.min(end - r);
+                let from = (r - first) * self.stride;
+                f(&values[from..from + n * self.stride], r, n);
+                r += n;
+            }
+        }
+    }
+
     fn row(&self, view: fn(&[u8]) -> &[T], r: usize) -> &[T] {
         if r < self.base_rows {
             &self.base_slice(view)[r * self.stride..(r + 1) * self.stride]
@@ -577,27 +599,10 @@ impl Index {
             return;
         }
         let mut buf = [0.0f32; BLOCK];
-        let has_deleted = self.n_deleted > 0;
-        for (values, first, count) in self.f32.parts(view_f32) {
-            let (start, end) = (lo.max(first), hi.min(first + count));
-            let mut r = start;
-            while r < end {
-                let n = BLOCK.min(end - r);
-                let from = (r - first) * self.stride_f32;
-                (kernels.dots_f32)(
-                    q,
-                    &values[from..from + n * self.stride_f32],
-                    self.stride_f32,
-                    &mut buf[..n],
-                );
-                for (j, &score) in buf[..n].iter().enumerate() {
-                    if !(has_deleted && self.deleted[r + j]) {
-                        top.push(score, r + j);
-                    }
-                }
-                r += n;
-            }
-        }
+        self.f32.blocks(view_f32, lo, hi, BLOCK, |slab, first, n| {
+            (kernels.dots_f32)(q, slab, self.stride_f32, &mut buf[..n]);
+            self.push_live(top, &buf[..n], first);
+        });
     }
 
     fn scan_i8(
@@ -620,28 +625,49 @@ impl Index {
             }
             return;
         }
-        let mut buf = [0i32; BLOCK];
-        let has_deleted = self.n_deleted > 0;
-        for (values, first, count) in self.i8.parts(view_i8) {
-            let (start, end) = (lo.max(first), hi.min(first + count));
-            let mut r = start;
-            while r < end {
-                let n = BLOCK.min(end - r);
-                let from = (r - first) * self.stride_i8;
-                (kernels.dots_i8)(
-                    q,
-                    &values[from..from + n * self.stride_i8],
-                    self.stride_i8,
-                    &self.sums[r..r + n],
-                    &mut buf[..n],
-                );
-                for (j, &dot) in buf[..n].iter().enumerate() {
-                    if !(has_deleted && self.deleted[r + j]) {
-                        top.push(dot as f32 * self.scales[r + j], r + j);
-                    }
-                }
-                r += n;
+        let (mut dots, mut buf) = ([0i32; BLOCK], [0.0f32; BLOCK]);
+        self.i8.blocks(view_i8, lo, hi, BLOCK, |slab, first, n| {
+            self.approx_scores(kernels, q, slab, first, &mut dots[..n], &mut buf[..n]);
+            self.push_live(top, &buf[..n], first);
+        });
+    }
+
+    /// Offer a block's scores (rows `first..`) to `top`, skipping deleted rows.
+    #[inline]
+    fn push_live(&self, top: &mut TopK, scores: &[f32], first: usize) {
+        if self.n_deleted == 0 {
+            for (j, &score) in scores.iter().enumerate() {
+                top.push(score, first + j);
             }
+        } else {
+            for (j, &score) in scores.iter().enumerate() {
+                if !self.deleted[first + j] {
+                    top.push(score, first + j);
+                }
+            }
+        }
+    }
+
+    /// int8 scores of a block scaled back to the rows' magnitude (the query's
+    /// own scale is left out: it does not change the order).
+    #[inline]
+    fn approx_scores(
+        &self,
+        kernels: &Kernels,
+        q: &QueryI8,
+        slab: &[i8],
+        first: usize,
+        dots: &mut [i32],
+        out: &mut [f32],
+    ) {
+        let n = out.len();
+        (kernels.dots_i8)(q, slab, self.stride_i8, &self.sums[first..first + n], dots);
+        for ((o, &dot), &scale) in out
+            .iter_mut()
+            .zip(dots.iter())
+            .zip(&self.scales[first..first + n])
+        {
+            *o = dot as f32 * scale;
         }
     }
 
@@ -724,24 +750,12 @@ impl Index {
         let mut tops: Vec<TopK> = qs.iter().map(|_| TopK::new(k)).collect();
         let block = (BATCH_BLOCK_BYTES / (self.stride_f32 * 4)).clamp(1, BLOCK);
         let mut buf = [0.0f32; BLOCK];
-        for (values, first, count) in self.f32.parts(view_f32) {
-            let (start, end) = (lo.max(first), hi.min(first + count));
-            let mut r = start;
-            while r < end {
-                let n = block.min(end - r);
-                let from = (r - first) * self.stride_f32;
-                let slab = &values[from..from + n * self.stride_f32];
-                for (q, top) in qs.iter().zip(tops.iter_mut()) {
-                    (kernels.dots_f32)(q, slab, self.stride_f32, &mut buf[..n]);
-                    for (j, &score) in buf[..n].iter().enumerate() {
-                        if !self.deleted[r + j] {
-                            top.push(score, r + j);
-                        }
-                    }
-                }
-                r += n;
+        self.f32.blocks(view_f32, lo, hi, block, |slab, first, n| {
+            for (q, top) in qs.iter().zip(tops.iter_mut()) {
+                (kernels.dots_f32)(q, slab, self.stride_f32, &mut buf[..n]);
+                self.push_live(top, &buf[..n], first);
             }
-        }
+        });
         tops
     }
 
@@ -759,25 +773,13 @@ impl Index {
             .collect();
         let mut tops: Vec<TopK> = qs.iter().map(|_| TopK::new(k)).collect();
         let block = (BATCH_BLOCK_BYTES / self.stride_i8).clamp(1, BLOCK);
-        let mut buf = [0i32; BLOCK];
-        for (values, first, count) in self.i8.parts(view_i8) {
-            let (start, end) = (lo.max(first), hi.min(first + count));
-            let mut r = start;
-            while r < end {
-                let n = block.min(end - r);
-                let from = (r - first) * self.stride_i8;
-                let slab = &values[from..from + n * self.stride_i8];
-                for (q, top) in qis.iter().zip(tops.iter_mut()) {
-                    (kernels.dots_i8)(q, slab, self.stride_i8, &self.sums[r..r + n], &mut buf[..n]);
-                    for (j, &dot) in buf[..n].iter().enumerate() {
-                        if !self.deleted[r + j] {
-                            top.push(dot as f32 * self.scales[r + j], r + j);
-                        }
-                    }
-                }
-                r += n;
+        let (mut dots, mut buf) = ([0i32; BLOCK], [0.0f32; BLOCK]);
+        self.i8.blocks(view_i8, lo, hi, block, |slab, first, n| {
+            for (q, top) in qis.iter().zip(tops.iter_mut()) {
+                self.approx_scores(kernels, q, slab, first, &mut dots[..n], &mut buf[..n]);
+                self.push_live(top, &buf[..n], first);
             }
-        }
+        });
         tops
     }
 }
