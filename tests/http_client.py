@@ -99,11 +99,22 @@ def serve_in_thread(app: Flask) -> Iterator[str]:
     """The production WSGI server (waitress) on a free loopback port."""
     port = free_port()
     server = create_server(app, host="127.0.0.1", port=port, threads=4)
-    thread = threading.Thread(target=server.run, daemon=True)
+    stopping = threading.Event()
+
+    def run() -> None:
+        try:
+            server.run()
+        except (OSError, ValueError):
+            # closing the listening socket under the poll loop ends it this way
+            if not stopping.is_set():
+                raise
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
+        stopping.set()
         server.close()
         server.task_dispatcher.shutdown(timeout=2)
         thread.join(2)

@@ -16,13 +16,13 @@ import numpy.typing as npt
 from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from flask_app import rag, scores, simcore
+from flask_app import rag, simcore
 from flask_app.api.json_body import BadRequest, json_object, validate
 from flask_app.api.moorcheh_schema import DeleteItems, LegacyUpload, Search, Upload, UploadItem
 from flask_app.embed import EmbeddingError
 from flask_app.extensions import services_of, settings_of
 from flask_app.services import Services
-from flask_app.store import Collection, Hit
+from flask_app.store import Collection
 from flask_app.vectors import VectorError, check_matrix
 
 blueprint = Blueprint("moorcheh", __name__)
@@ -43,19 +43,6 @@ def _max_items() -> int | None:
 
 def _edge() -> Collection:
     return _services().store.edge()
-
-
-def result(hit: Hit, mapping: str) -> dict[str, Any]:
-    score = scores.to_score(hit.score, mapping)
-    out: dict[str, Any] = {
-        "id": hit.id,
-        "score": score,
-        "label": scores.label(score),
-        "text": hit.text,
-    }
-    if hit.metadata is not None:
-        out["metadata"] = hit.metadata
-    return out
 
 
 @blueprint.get("/health")
@@ -222,12 +209,12 @@ def search() -> ResponseReturnValue:
     if collection.info().dimension is None:
         return jsonify(results=[], execution_time=round(time.perf_counter() - started, 6))
     vector = _query_vector(parsed.query, collection)
-    mapping = settings_of(current_app).score_mapping
-    hits = collection.search(vector, k, metadata=parsed.metadata)
-    results = [result(h, mapping) for h in hits]
-    if threshold is not None:
-        results = [r for r in results if r["score"] >= threshold]
-    return jsonify(results=results, execution_time=round(time.perf_counter() - started, 6))
+    question = rag.Question(query="", top_k=k, threshold=threshold, metadata=parsed.metadata)
+    sources = rag.retrieve(collection, vector, question, settings_of(current_app).score_mapping)
+    return jsonify(
+        results=[s.as_result() for s in sources],
+        execution_time=round(time.perf_counter() - started, 6),
+    )
 
 
 def _delete() -> ResponseReturnValue:

@@ -204,12 +204,6 @@ impl Kernels {
     }
 }
 
-/// Inner product with the process's kernels.
-#[inline]
-pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    (Kernels::get().dot_f32)(a, b)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
