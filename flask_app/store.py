@@ -47,6 +47,16 @@ CREATE TABLE IF NOT EXISTS items (
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
 ) WITHOUT ROWID;
+-- One row per (item, metadata key): filters find their ids through this index
+-- in time proportional to the matches, not to the collection.
+CREATE TABLE IF NOT EXISTS item_meta (
+    key TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    value NOT NULL,
+    id TEXT NOT NULL,
+    PRIMARY KEY (key, kind, value, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS item_meta_by_id ON item_meta (id);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS pending (
     seq INTEGER PRIMARY KEY,
@@ -114,6 +124,29 @@ class CollectionInfo:
     mode: str | None
     embedding_model: str | None
     items: int
+
+
+def _meta_key(value: MetadataValue) -> tuple[str, Any]:
+    """(kind, value) as stored in `item_meta`: numbers compare as numbers
+    (1 == 1.0), booleans and null only by kind."""
+    if isinstance(value, bool):
+        return ("true" if value else "false"), ""
+    if value is None:
+        return "null", ""
+    if isinstance(value, str):
+        return "text", value
+    return "number", float(value)
+
+
+def _meta_rows(
+    ids: Sequence[str], metadata: Sequence[Mapping[str, Any] | None]
+) -> list[tuple[Any, ...]]:
+    rows = []
+    for item_id, meta in zip(ids, metadata, strict=True):
+        for key, value in (meta or {}).items():
+            kind, stored = _meta_key(value)
+            rows.append((key, kind, stored, item_id))
+    return rows
 
 
 def _normalise(vectors: Vectors) -> Vectors:
@@ -281,6 +314,14 @@ class Collection:
                     "updated_at = excluded.updated_at",
                     rows,
                 )
+                if index is not None and new < len(ids):  # replaced items drop old metadata
+                    db.executemany(
+                        "DELETE FROM item_meta WHERE id = ?", [(i,) for i in ids if i in index]
+                    )
+                db.executemany(
+                    "INSERT OR IGNORE INTO item_meta VALUES (?, ?, ?, ?)",
+                    _meta_rows(ids, metadata),
+                )
                 db.execute("DELETE FROM pending")  # earlier records are applied
                 db.execute(
                     "INSERT INTO pending (op, ids, vectors) VALUES ('upsert', ?, ?)",
@@ -334,6 +375,7 @@ class Collection:
             if found:
                 with self._write() as db:
                     db.executemany("DELETE FROM items WHERE id = ?", [(i,) for i in found])
+                    db.executemany("DELETE FROM item_meta WHERE id = ?", [(i,) for i in found])
                     db.execute("DELETE FROM pending")  # earlier records are applied
                     db.execute(
                         "INSERT INTO pending (op, ids) VALUES ('delete', ?)", (json.dumps(found),)
@@ -344,31 +386,14 @@ class Collection:
 
     def matching_ids(self, metadata: Mapping[str, MetadataValue]) -> list[str]:
         """Ids whose metadata has every given key with exactly that value."""
-        clauses: list[str] = []
-        params: list[Any] = []
+        if not metadata:
+            return [r[0] for r in self._db().execute("SELECT id FROM items")]
+        parts, params = [], []
         for key, value in metadata.items():
-            if isinstance(value, bool):
-                clauses.append(
-                    "EXISTS (SELECT 1 FROM json_each(items.metadata) j "
-                    "WHERE j.key = ? AND j.type = ?)"
-                )
-                params += [key, "true" if value else "false"]
-            elif value is None:
-                clauses.append(
-                    "EXISTS (SELECT 1 FROM json_each(items.metadata) j "
-                    "WHERE j.key = ? AND j.type = 'null')"
-                )
-                params.append(key)
-            else:
-                types = "('text')" if isinstance(value, str) else "('integer', 'real')"
-                clauses.append(
-                    "EXISTS (SELECT 1 FROM json_each(items.metadata) j "
-                    f"WHERE j.key = ? AND j.type IN {types} AND j.value = ?)"
-                )
-                params += [key, value]
-        where = " AND ".join(clauses) or "1"
-        sql = f"SELECT id FROM items WHERE metadata IS NOT NULL AND {where}"
-        return [r[0] for r in self._db().execute(sql, params)]
+            kind, stored = _meta_key(value)
+            parts.append("SELECT id FROM item_meta WHERE key = ? AND kind = ? AND value = ?")
+            params += [key, kind, stored]
+        return [r[0] for r in self._db().execute(" INTERSECT ".join(parts), params)]
 
     def search(
         self,
@@ -385,7 +410,7 @@ class Collection:
             index = self._index
             norm = float(np.linalg.norm(query))
             q = (query / norm).astype(np.float32) if norm > 0 else query
-            allow = None if metadata is None else self.matching_ids(metadata)
+            allow = self.matching_ids(metadata) if metadata else None
             if allow is not None and not allow:
                 return []
             ids, scores = index.search(q, k, mode=mode, allow=allow)

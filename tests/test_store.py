@@ -127,3 +127,27 @@ def test_drop_then_reuse_and_cleared_error(tmp_path: Path) -> None:
     assert len(fresh) == 0 and fresh.info().dimension is None
     upsert(fresh, ["b"], vecs(1, 2, dim=32))
     assert fresh.info().dimension == 32
+
+
+def test_metadata_filter_follows_replacements_and_deletes(tmp_path: Path) -> None:
+    c = Collection(tmp_path / "c")
+    v = vecs(4, 7)
+    c.upsert(
+        ["a", "b", "c", "d"],
+        v,
+        ["t"] * 4,
+        [{"tag": "x", "n": 1}, {"tag": "x", "n": 1.0}, {"tag": "y", "ok": True}, {"ok": 1}],
+        mode="vector",
+        embedding_model=None,
+    )
+    assert sorted(c.matching_ids({"tag": "x"})) == ["a", "b"]
+    assert sorted(c.matching_ids({"n": 1})) == ["a", "b"]  # 1 == 1.0
+    assert c.matching_ids({"ok": True}) == ["c"]  # true is not the number 1
+    assert c.matching_ids({"ok": 1}) == ["d"]
+    assert c.matching_ids({"tag": "x", "n": 1.0}) and c.matching_ids({"tag": "y", "n": 1}) == []
+    c.upsert(["a"], v[:1], ["t"], [{"tag": "z"}], mode="vector", embedding_model=None)
+    assert c.matching_ids({"tag": "x"}) == ["b"] and c.matching_ids({"tag": "z"}) == ["a"]
+    assert c.matching_ids({"n": 1}) == ["b"]
+    c.delete(["b"])
+    assert c.matching_ids({"tag": "x"}) == []
+    assert [h.id for h in c.search(v[0], 4, metadata={})] == [h.id for h in c.search(v[0], 4)]
