@@ -160,27 +160,35 @@ def test_two_searches_on_two_threads_overlap_in_time() -> None:
     index = make_index(rng.standard_normal((60_000, 384)).astype(np.float32))
     index.threads = 1  # one core per search, so overlap shows as parallel speed-up
     queries = rng.standard_normal((48, 384)).astype(np.float32)
-    start = time.perf_counter()
-    index.search_batch(queries, 10)
-    single = time.perf_counter() - start
-    spans: list[tuple[float, float]] = []
 
-    def run() -> None:
-        t0 = time.perf_counter()
+    def one_attempt() -> tuple[float, float]:
+        start = time.perf_counter()
         index.search_batch(queries, 10)
-        spans.append((t0, time.perf_counter()))
+        single = time.perf_counter() - start
+        spans: list[tuple[float, float]] = []
 
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    both = time.perf_counter() - start
-    (a0, a1), (b0, b1) = spans
-    assert a0 < b1 and b0 < a1, "the two searches did not overlap"
-    # With the GIL held the two calls would run back to back (about 2x single).
-    assert both < 1.6 * single, f"two parallel searches took {both:.3f}s, one {single:.3f}s"
+        def run() -> None:
+            t0 = time.perf_counter()
+            index.search_batch(queries, 10)
+            spans.append((t0, time.perf_counter()))
+
+        threads = [threading.Thread(target=run) for _ in range(2)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        both = time.perf_counter() - start
+        (a0, a1), (b0, b1) = spans
+        assert a0 < b1 and b0 < a1, "the two searches did not overlap"
+        return both, single
+
+    # With the GIL held the two calls run back to back: about 2x one call, in
+    # every attempt. Released, they share the two cores; a busy neighbour on a
+    # shared host can slow one attempt, so the best of three counts.
+    attempts = [one_attempt() for _ in range(3)]
+    best = min(both / single for both, single in attempts)
+    assert best < 1.6, f"two parallel searches took {best:.2f}x one search: {attempts}"
 
 
 def test_main_thread_runs_while_a_search_is_in_rust() -> None:
