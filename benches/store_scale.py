@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -23,39 +21,24 @@ import numpy as np
 import orjson
 import requests
 
-from tests.http_client import free_port
+from tests.http_client import ServerProcess, free_port, start_server
 
 
-def start(data_dir: Path, port: int) -> tuple[subprocess.Popen[bytes], float]:
-    started = time.perf_counter()
-    proc = subprocess.Popen(
+def start(data_dir: Path, port: int) -> ServerProcess:
+    return start_server(
         [
-            sys.executable,
-            "-m",
-            "flask_app.cli",
-            "serve",
             "--no-llm",
             "--no-embedder",
             "--max-items",
             "0",
             "--max-body-mb",
             "256",
-            "--port",
-            str(port),
             "--data-dir",
             str(data_dir),
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        port=port,
+        timeout=120,
     )
-    while True:
-        try:
-            requests.get(f"http://127.0.0.1:{port}/health", timeout=1).raise_for_status()
-            return proc, time.perf_counter() - started
-        except requests.ConnectionError:
-            if proc.poll() is not None or time.perf_counter() - started > 120:
-                raise RuntimeError("server did not start") from None
-            time.sleep(0.02)
 
 
 def main() -> None:
@@ -82,7 +65,7 @@ def main() -> None:
         data_dir = Path(tmp) / "data"
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        proc, _ = start(data_dir, port)
+        server = start(data_dir, port)
         next_body = iter(bodies)
         lock = threading.Lock()
         failures: list[str] = []
@@ -118,12 +101,11 @@ def main() -> None:
             f"uploaded {total:,} vectors in {elapsed:.1f} s: {total / elapsed:,.0f} vectors/s "
             f"({args.clients} clients, batches of {args.batch})"
         )
-        proc.terminate()
-        proc.wait(30)
+        server.stop()
         readies = []
         for _ in range(3):
-            proc, ready = start(data_dir, port)
-            readies.append(ready)
+            server = start(data_dir, port)
+            readies.append(server.ready_s)
             latencies = []
             session = requests.Session()
             for q in queries:
@@ -136,8 +118,7 @@ def main() -> None:
                 )
                 latencies.append(time.perf_counter() - t0)
                 assert len(r.json()["results"]) == 10
-            proc.terminate()
-            proc.wait(30)
+            server.stop()
         print(
             f"restart until /health answers: median {statistics.median(readies):.2f} s "
             f"(runs: {', '.join(f'{r:.2f}' for r in readies)})"

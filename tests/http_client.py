@@ -3,11 +3,16 @@ API tests run in-process and against waitress over TCP."""
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import requests
@@ -118,3 +123,50 @@ def serve_in_thread(app: Flask) -> Iterator[str]:
         server.close()
         server.task_dispatcher.shutdown(timeout=2)
         thread.join(2)
+
+
+class ServerFailed(RuntimeError):
+    """`edgerag serve` exited or did not answer in time."""
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[bytes]
+    base: str
+    ready_s: float  # seconds from start until /health answered
+
+    def stop(self) -> None:
+        """SIGINT (a clean shutdown), SIGKILL if that takes over 10 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc.wait(10)
+
+
+def start_server(
+    args: list[str], log: Path | None = None, *, port: int | None = None, timeout: float = 90.0
+) -> ServerProcess:
+    """`edgerag serve ARGS` as a real process on a loopback port, once /health answers."""
+    port = port or free_port()
+    started = time.perf_counter()
+    cmd = [sys.executable, "-m", "flask_app.cli", "serve", "--port", str(port), *args]
+    if log is None:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    else:
+        with log.open("ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    while True:
+        try:
+            requests.get(base + "/health", timeout=1)
+            return ServerProcess(proc, base, time.perf_counter() - started)
+        except requests.ConnectionError:
+            if proc.poll() is not None or time.perf_counter() - started > timeout:
+                proc.kill()
+                proc.wait(10)
+                detail = log.read_text() if log is not None else ""
+                raise ServerFailed(f"server did not start: {' '.join(cmd)}\n{detail}") from None
+            time.sleep(0.05)

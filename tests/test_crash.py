@@ -9,7 +9,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import requests
 
-from tests.http_client import free_port
+from tests.http_client import start_server
 
 DIM = 128
 ROUNDS = 4
@@ -36,39 +35,18 @@ def vector_for(item_id: str, version: int) -> list[float]:
 
 @contextmanager
 def server(data_dir: Path, log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "flask_app.cli",
-        "serve",
-        "--no-llm",
-        "--no-embedder",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(data_dir),
-        "--max-items",
-        "0",
-    ]
-    with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            requests.get(base + "/health", timeout=1)
-            break
-        except requests.ConnectionError:
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "server did not start in 30 s"
-            time.sleep(0.05)
+    """A vector-only server (no models) on `data_dir`; killed at the end if still alive."""
+    running = start_server(
+        ["--no-llm", "--no-embedder", "--data-dir", str(data_dir), "--max-items", "0"],
+        log,
+        timeout=30,
+    )
     try:
-        yield proc, base
+        yield running.proc, running.base
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
+        if running.proc.poll() is None:
+            running.proc.kill()
+        running.proc.wait(10)
 
 
 @dataclass

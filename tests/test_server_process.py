@@ -2,61 +2,26 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import pytest
 import requests
 
 from flask_app.settings import Settings
+from tests.http_client import ServerFailed, start_server
 
 pytestmark = pytest.mark.real_model
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(real_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("serve") / "server.log"
-    log = log_path.open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flask_app.cli", "serve", "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=dict(os.environ),
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
+    log = tmp_path_factory.mktemp("serve") / "server.log"
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited early:\n{log_path.read_text()}")
-            try:
-                requests.get(base + "/health", timeout=1)
-                break
-            except requests.ConnectionError:
-                if time.monotonic() > deadline:
-                    pytest.fail("server did not come up within 90 s")
-                time.sleep(0.2)
-        yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
+        running = start_server([], log)
+    except ServerFailed as exc:
+        pytest.fail(str(exc))
+    yield running.base
+    running.stop()
 
 
 def test_health_reports_both_default_models(server: str) -> None:
