@@ -144,7 +144,6 @@ class HashEmbedder:
     def __init__(self, dim: int = 384, max_tokens: int = 512) -> None:
         self._dim = dim
         self._max_tokens = max_tokens
-        self.calls = 0
 
     @property
     def model_id(self) -> str:
@@ -171,7 +170,6 @@ class HashEmbedder:
 
     def embed(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> Vectors:
         check_lengths(self, texts, ids)
-        self.calls += 1
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         for i, text in enumerate(texts):
             for word in self._words(text):

@@ -290,7 +290,8 @@ class Collection:
         with self._writing():
             self._check_settings(mode, dim, embedding_model)
             index = self._index
-            new = len(ids) if index is None else sum(1 for i in ids if i not in index)
+            replaced = [] if index is None else [i for i in ids if i in index]
+            new = len(ids) - len(replaced)
             if max_items is not None and self._count + new > max_items:
                 raise CapacityError(self._count, max_items, new)
             rows = [
@@ -314,10 +315,8 @@ class Collection:
                     "updated_at = excluded.updated_at",
                     rows,
                 )
-                if index is not None and new < len(ids):  # replaced items drop old metadata
-                    db.executemany(
-                        "DELETE FROM item_meta WHERE id = ?", [(i,) for i in ids if i in index]
-                    )
+                # replaced items drop their old metadata
+                db.executemany("DELETE FROM item_meta WHERE id = ?", [(i,) for i in replaced])
                 db.executemany(
                     "INSERT OR IGNORE INTO item_meta VALUES (?, ?, ?, ?)",
                     _meta_rows(ids, metadata),
@@ -370,8 +369,9 @@ class Collection:
             if self._index is None:
                 return 0, unique
             index = self._index
-            found = [i for i in unique if i in index]
-            missing = [i for i in unique if i not in index]
+            present = [i in index for i in unique]
+            found = [i for i, p in zip(unique, present, strict=True) if p]
+            missing = [i for i, p in zip(unique, present, strict=True) if not p]
             if found:
                 with self._write() as db:
                     db.executemany("DELETE FROM items WHERE id = ?", [(i,) for i in found])

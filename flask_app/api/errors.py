@@ -16,7 +16,9 @@ _log = logging.getLogger("edgerag")
 
 
 def _json(status: int, message: str) -> tuple[Response, int]:
-    return jsonify(status="error", message=message), status
+    # moorcheh-edge uses "failure" for conflicts with the store, "error" otherwise
+    word = "failure" if status == 409 else "error"
+    return jsonify(status=word, message=message), status
 
 
 def register(app: Flask) -> None:
@@ -33,8 +35,7 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(BadRequest)
     def bad_request(exc: BadRequest) -> tuple[Response, int]:
-        word = "failure" if exc.status == 409 else "error"
-        return jsonify(status=word, message=exc.message, **exc.extra), exc.status
+        return _json(exc.status, exc.message)
 
     @app.errorhandler(CapacityError)
     def capacity(exc: CapacityError) -> tuple[Response, int]:
@@ -49,8 +50,7 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(StoreError)
     def store_error(exc: StoreError) -> tuple[Response, int]:
-        word = "failure" if exc.status == 409 else "error"
-        return jsonify(status=word, message=str(exc)), exc.status
+        return _json(exc.status, str(exc))
 
     @app.errorhandler(RagError)
     def rag_error(exc: RagError) -> tuple[Response, int]:

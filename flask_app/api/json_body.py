@@ -15,11 +15,10 @@ M = TypeVar("M", bound=BaseModel)
 class BadRequest(Exception):
     """A request the API rejects with a 4xx; carries the JSON error body."""
 
-    def __init__(self, message: str, status: int = 400, **extra: Any) -> None:
+    def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
-        self.extra = extra
 
 
 class OrjsonProvider(JSONProvider):

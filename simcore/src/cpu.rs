@@ -69,16 +69,18 @@ fn hardware_supports(level: Level) -> bool {
     level == Level::Scalar
 }
 
-fn detect() -> Level {
-    let best = supported().into_iter().max().unwrap_or(Level::Scalar);
-    match std::env::var("SIMCORE_SIMD")
-        .ok()
-        .as_deref()
-        .and_then(Level::parse)
-    {
+/// `best`, lowered to the level named by `request` (never raised); an
+/// unknown name leaves `best` unchanged.
+fn capped(best: Level, request: Option<&str>) -> Level {
+    match request.and_then(Level::parse) {
         Some(cap) => best.min(cap),
         None => best,
     }
+}
+
+fn detect() -> Level {
+    let best = supported().into_iter().max().unwrap_or(Level::Scalar);
+    capped(best, std::env::var("SIMCORE_SIMD").ok().as_deref())
 }
 
 /// The level in use: the best supported one, capped by `SIMCORE_SIMD`.
@@ -99,6 +101,15 @@ mod tests {
         }
         assert_eq!(Level::parse("AVX2"), Some(Level::Avx2));
         assert_eq!(Level::parse("sse9"), None);
+    }
+
+    #[test]
+    fn the_environment_can_lower_the_level_but_never_raise_it() {
+        assert_eq!(capped(Level::Avx512Vnni, Some("avx2")), Level::Avx2);
+        assert_eq!(capped(Level::Avx512Vnni, Some("scalar")), Level::Scalar);
+        assert_eq!(capped(Level::Avx2, Some("avx512vnni")), Level::Avx2);
+        assert_eq!(capped(Level::Avx2, Some("sse9")), Level::Avx2);
+        assert_eq!(capped(Level::Avx512, None), Level::Avx512);
     }
 
     #[test]
