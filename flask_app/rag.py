@@ -157,14 +157,19 @@ def cut_to_tokens(text: str, limit: int, count: Callable[[str], int]) -> str:
     when not even the first sentence fits); "" when nothing fits."""
     if count(text) <= limit:
         return text
-    kept = ""
+    # Each sentence is counted once (+1 for the joining space), so a long
+    # passage costs one pass, not one per prefix; build_prompt re-counts the
+    # whole prompt and trims again if joins tokenized differently.
+    kept: list[str] = []
+    used = -1
     for sentence in _SENTENCE_END.split(text.strip()):
-        candidate = f"{kept} {sentence}".strip()
-        if count(candidate) > limit:
+        size = count(sentence) + 1
+        if used + size > limit:
             break
-        kept = candidate
+        kept.append(sentence)
+        used += size
     if kept:
-        return kept
+        return " ".join(kept)
     words = text.split()
     lo, hi = 0, len(words)
     while lo < hi:  # binary search on the number of words
