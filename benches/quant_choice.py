@@ -16,8 +16,8 @@ import statistics
 import time
 from pathlib import Path
 
-from flask_app.llm import ChatMessage, LlamaBackend
-from flask_app.models import LLM_VARIANTS
+from flask_app.inference.llm import ChatMessage, LlamaBackend
+from flask_app.inference.pull import LLM_VARIANTS
 from flask_app.settings import Settings
 
 SYSTEM = (

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from flask import Flask
 
-from flask_app import extensions
-from flask_app.api import errors, moorcheh, moorcheh_answer
-from flask_app.api.json_body import OrjsonProvider
+from flask_app.api.http import extensions
+from flask_app.api.http.json_body import OrjsonProvider
+from flask_app.api.moorcheh import answer as moorcheh_answer
+from flask_app.api.moorcheh import errors
+from flask_app.api.moorcheh import routes as moorcheh
 from flask_app.services import Services, load_services
 from flask_app.settings import Settings
 

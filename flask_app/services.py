@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from flask_app.embed import Embedder, LlamaEmbedder
-from flask_app.llm import LLM, LlamaBackend
+from flask_app.inference.embed import Embedder, LlamaEmbedder
+from flask_app.inference.llm import LLM, LlamaBackend
 from flask_app.settings import Settings
 from flask_app.store import Store
 

@@ -15,7 +15,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from platformdirs import user_cache_path, user_data_path
 
-from flask_app.llama_runtime import available_cores
+from flask_app.inference.llama_runtime import available_cores
 
 
 class SettingsError(ValueError):
@@ -147,12 +147,12 @@ class Settings:
         return cls(**values)
 
     def llm_path(self) -> Path:
-        from flask_app.models import LLM_VARIANTS
+        from flask_app.inference.pull import LLM_VARIANTS
 
         return self.model or self.model_dir / LLM_VARIANTS[self.quant].filename
 
     def embed_path(self) -> Path:
-        from flask_app.models import MINILM_F16
+        from flask_app.inference.pull import MINILM_F16
 
         return self.embed_model or self.model_dir / MINILM_F16.filename
 

@@ -13,7 +13,7 @@ import numpy.typing as npt
 from safetensors.numpy import load
 from tokenizers import Tokenizer
 
-from flask_app.models import MINILM_DIR
+from flask_app.inference.pull import MINILM_DIR
 
 F32 = npt.NDArray[np.float32]
 _erf = np.frompyfunc(math.erf, 1, 1)

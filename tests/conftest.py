@@ -11,8 +11,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from flask_app.app import create_app
-from flask_app.embed import HashEmbedder
-from flask_app.llm import LLM, ScriptedBackend
+from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
+from flask_app.inference.llm import LLM
 from flask_app.services import Services
 from flask_app.settings import Settings
 from flask_app.store import Store

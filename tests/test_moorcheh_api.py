@@ -11,8 +11,8 @@ import pytest
 from flask import Flask
 
 from flask_app.app import create_app
-from flask_app.embed import HashEmbedder
-from flask_app.llm import LLM, ScriptedBackend
+from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
+from flask_app.inference.llm import LLM
 from flask_app.services import Services
 from flask_app.settings import Settings
 from flask_app.store import Store
@@ -182,7 +182,7 @@ def test_7_kiosk_threshold_filters(api: Api) -> None:
 
 
 def test_8_labels() -> None:
-    from flask_app.scores import label
+    from flask_app.rag.scores import label
 
     assert [label(s) for s in (0.9, 0.7, 0.5, 0.35, 0.25, 0.15, 0.05)] == [
         "Close Match",

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from flask_app import prompts, rag
-from flask_app.llm import LLM, ScriptedBackend
+from flask_app import rag
+from flask_app.inference.fakes import ScriptedBackend
+from flask_app.inference.llm import LLM
+from flask_app.rag import prompts
 from flask_app.store import Hit
 
 

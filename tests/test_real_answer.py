@@ -10,7 +10,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from flask_app.app import create_app
-from flask_app.prompts import NO_CONTEXT_ANSWER
+from flask_app.rag.prompts import NO_CONTEXT_ANSWER
 from flask_app.services import load_services
 from flask_app.settings import Settings
 from tests.test_answer_api import events_of

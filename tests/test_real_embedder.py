@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flask_app.embed import LlamaEmbedder, TextTooLong
+from flask_app.inference.embed import LlamaEmbedder, TextTooLong
 from flask_app.settings import Settings
 from tests.bert_reference import ReferenceBert
 

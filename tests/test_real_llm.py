@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from flask_app.llm import LLM, ChatMessage, LlamaBackend, LLMOverloaded
+from flask_app.inference.llm import LLM, ChatMessage, LlamaBackend, LLMOverloaded
 from flask_app.settings import Settings
 
 pytestmark = pytest.mark.real_model

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from flask_app import cli_client
+from flask_app.cli import client_commands as cli_client
 from flask_app.settings import Settings, SettingsError
 
 # Options that `pull` also understands (the rest only matter to `serve`).
@@ -70,7 +70,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_pull(settings: Settings) -> int:
-    from flask_app.models import PullError, pull
+    from flask_app.inference.pull import PullError, pull
 
     start = time.monotonic()
     try:

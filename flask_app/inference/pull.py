@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from flask_app import bert_gguf
+from flask_app.inference import bert_gguf
 
 _CHUNK = 1 << 20
 
@@ -165,7 +165,7 @@ def requantize_q4_0(model_dir: Path, source: Path) -> Path:
     """Q4_K_M → Q4_0 with llama.cpp's quantizer: faster prompt processing on CPU."""
     import llama_cpp
 
-    from flask_app.llama_runtime import route_llama_logs
+    from flask_app.inference.llama_runtime import route_llama_logs
 
     route_llama_logs()
     dst = model_dir / QWEN_Q4_0.filename

@@ -10,16 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from flask_app import prompts, rag
-from flask_app.api.json_body import json_object, validate
-from flask_app.api.moorcheh import kiosk_threshold, parse_vector, top_k_value
-from flask_app.api.moorcheh_schema import Answer
-from flask_app.extensions import services_of, settings_of
-from flask_app.llm import ChatMessage, LLMError, LLMTimeout, TokenStream
+from flask_app import rag
+from flask_app.api.http.extensions import services_of, settings_of
+from flask_app.api.http.json_body import json_object, validate
+from flask_app.api.http.sse import sse
+from flask_app.api.moorcheh.routes import kiosk_threshold, parse_vector, top_k_value
+from flask_app.api.moorcheh.schemas import Answer
+from flask_app.inference.llm import ChatMessage, LLMError, LLMTimeout, TokenStream
+from flask_app.rag import prompts
 
 blueprint = Blueprint("moorcheh_answer", __name__)
 
@@ -104,10 +105,6 @@ def answer() -> ResponseReturnValue:
         answer_check=tokens.precheck_probability,
     )
     return jsonify(body)
-
-
-def sse(event: str, data: dict[str, Any]) -> bytes:
-    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
 @blueprint.post("/answer/stream")

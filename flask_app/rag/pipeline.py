@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from flask_app import prompts, scores
-from flask_app.embed import Embedder, EmbeddingError
-from flask_app.llm import LLM, ChatMessage, Precheck, TokenStream
+from flask_app.inference.embed import Embedder, EmbeddingError
+from flask_app.inference.llm import LLM, ChatMessage, Precheck, TokenStream
+from flask_app.rag import prompts, scores
 from flask_app.store import Collection, Hit
 
 Vector = npt.NDArray[np.float32]

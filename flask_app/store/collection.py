@@ -34,7 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from flask_app import simcore
-from flask_app.rwlock import RWLock
+from flask_app.store.errors import CapacityError, ClearedError, ConflictError
+from flask_app.store.rwlock import RWLock
 
 Vectors = npt.NDArray[np.float32]
 MetadataValue = str | int | float | bool | None
@@ -65,42 +66,6 @@ CREATE TABLE IF NOT EXISTS pending (
     vectors BLOB
 );
 """
-
-
-class StoreError(Exception):
-    """Base of store errors; `status` suggests the HTTP status."""
-
-    status = 400
-
-
-class ClearedError(StoreError):
-    """The collection was dropped while the request waited for it."""
-
-    status = 409
-
-    def __init__(self) -> None:
-        super().__init__("the store was cleared while this request was waiting; retry it")
-
-
-class ConflictError(StoreError):
-    """The request conflicts with the collection's fixed settings."""
-
-    status = 409
-
-
-class CapacityError(StoreError):
-    """An upload would exceed the item cap."""
-
-    status = 409
-
-    def __init__(self, current: int, max_items: int, requested_new: int) -> None:
-        super().__init__(
-            f"Item limit exceeded: max {max_items}, current {current}, "
-            f"requested {requested_new} new items."
-        )
-        self.current = current
-        self.max_items = max_items
-        self.requested_new = requested_new
 
 
 @dataclass(frozen=True)
@@ -468,51 +433,3 @@ class Collection:
         if db is not None:
             db.close()
             self._local.db = None
-
-
-class Store:
-    """Namespaces of collections under one data directory."""
-
-    EDGE_NAMESPACE = "_edge"
-    EDGE_COLLECTION = "store"
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self._collections: dict[tuple[str, str], Collection] = {}
-        self._lock = threading.Lock()
-        self._clear_trash()
-
-    def _clear_trash(self) -> None:
-        for trash in self.data_dir.glob(".trash-*"):
-            shutil.rmtree(trash, ignore_errors=True)
-
-    def collection(self, namespace: str, name: str) -> Collection:
-        with self._lock:
-            key = (namespace, name)
-            if key not in self._collections:
-                self._collections[key] = Collection(self.data_dir / namespace / name)
-            return self._collections[key]
-
-    def edge(self) -> Collection:
-        """The moorcheh-edge flat store (one reserved collection)."""
-        return self.collection(self.EDGE_NAMESPACE, self.EDGE_COLLECTION)
-
-    def drop(self, namespace: str, name: str) -> None:
-        """Remove a collection entirely (atomic rename, then delete)."""
-        with self._lock:
-            key = (namespace, name)
-            collection = self._collections.pop(key, None)
-            path = self.data_dir / namespace / name
-            if collection is not None:
-                with collection._writing():
-                    collection.close()
-                    self._move_to_trash(path)
-            else:
-                self._move_to_trash(path)
-
-    def _move_to_trash(self, path: Path) -> None:
-        if path.exists():
-            trash = self.data_dir / f".trash-{time.monotonic_ns()}"
-            path.rename(trash)
-            shutil.rmtree(trash, ignore_errors=True)

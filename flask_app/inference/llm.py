@@ -5,7 +5,7 @@ full queue raises `LLMOverloaded` (the API answers 503 + Retry-After), every
 request has a deadline, and a stream that is closed early (client gone) stops
 generating and hands the model to the next waiter.
 
-Backends: `LlamaBackend` runs a GGUF through llama-cpp-python; `ScriptedBackend`
+Backends: `LlamaBackend` runs a GGUF through llama-cpp-python; `fakes.ScriptedBackend`
 is a fake with the same interface for fast tests of the layers above.
 """
 
@@ -15,12 +15,16 @@ import collections
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypedDict, cast
 
-from flask_app.llama_runtime import available_cores, model_id_from_metadata, route_llama_logs
+from flask_app.inference.llama_runtime import (
+    available_cores,
+    model_id_from_metadata,
+    route_llama_logs,
+)
 
 
 class ChatMessage(TypedDict):
@@ -185,69 +189,6 @@ class LlamaBackend:
             close = getattr(chunks, "close", None)
             if close is not None:
                 close()
-
-
-class ScriptedBackend:
-    """A fake model: answers from a script, one whitespace-delimited piece per token.
-
-    `reply` is a fixed string or a function of the rendered prompt; `token_delay`
-    slows each token; `fail_after` raises after that many tokens.
-    """
-
-    def __init__(
-        self,
-        reply: str | Callable[[str], str] = "This is a scripted answer.",
-        *,
-        token_delay: float = 0.0,
-        fail_after: int | None = None,
-        model_id: str = "scripted-fake",
-        n_ctx: int = 4096,
-        yes: float = 1.0,
-    ) -> None:
-        self._reply = reply
-        self.yes = yes  # what yes_probability answers
-        self.checks: list[str] = []
-        self.token_delay = token_delay
-        self.fail_after = fail_after
-        self._model_id = model_id
-        self._n_ctx = n_ctx
-        self.prompts: list[str] = []
-        self.closed_early = 0
-
-    @property
-    def model_id(self) -> str:
-        return self._model_id
-
-    @property
-    def n_ctx(self) -> int:
-        return self._n_ctx
-
-    def yes_probability(self, prompt: str) -> float:
-        self.checks.append(prompt)
-        return self.yes
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    def render(self, messages: Sequence[ChatMessage]) -> str:
-        return "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages) + "<|assistant|>\n"
-
-    def generate(self, prompt: str, *, max_tokens: int, temperature: float) -> Iterator[str]:
-        self.prompts.append(prompt)
-        reply = self._reply(prompt) if callable(self._reply) else self._reply
-        pieces = [p for p in reply.replace(" ", "\0 ").split("\0") if p][:max_tokens]
-        finished = False
-        try:
-            for i, piece in enumerate(pieces):
-                if self.fail_after is not None and i >= self.fail_after:
-                    raise RuntimeError("scripted failure")
-                if self.token_delay:
-                    time.sleep(self.token_delay)
-                yield piece
-            finished = True
-        finally:
-            if not finished:
-                self.closed_early += 1
 
 
 class FifoGate:

@@ -1,14 +1,12 @@
 """Text → L2-normalised float32 vectors.
 
 `LlamaEmbedder` runs a GGUF embedding model (BERT-family, pooled by llama.cpp)
-in-process; `HashEmbedder` is a deterministic fake for fast tests. Both reject
+in-process (`fakes.HashEmbedder` is its test double). Both reject
 texts longer than the model's token limit instead of truncating them silently.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +15,11 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from flask_app.llama_runtime import available_cores, model_id_from_metadata, route_llama_logs
+from flask_app.inference.llama_runtime import (
+    available_cores,
+    model_id_from_metadata,
+    route_llama_logs,
+)
 
 Vectors = npt.NDArray[np.float32]
 
@@ -134,44 +136,4 @@ class LlamaEmbedder:
         with self._lock:
             for i, text in enumerate(texts):
                 out[i] = self._llama.embed(text.strip(), truncate=False)
-        return normalise(out)
-
-
-class HashEmbedder:
-    """Deterministic fake: each lower-cased word maps to a fixed random vector;
-    a text is the normalised sum of its words, so shared words mean similarity."""
-
-    def __init__(self, dim: int = 384, max_tokens: int = 512) -> None:
-        self._dim = dim
-        self._max_tokens = max_tokens
-
-    @property
-    def model_id(self) -> str:
-        return f"hash-fake-{self._dim}"
-
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    @property
-    def max_tokens(self) -> int:
-        return self._max_tokens
-
-    @staticmethod
-    def _words(text: str) -> list[str]:
-        return re.findall(r"\w+", text.lower())
-
-    def count_tokens(self, text: str) -> int:
-        return len(self._words(text)) + 2
-
-    def _word_vector(self, word: str) -> Vectors:
-        seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "little")
-        return np.random.default_rng(seed).standard_normal(self._dim).astype(np.float32)
-
-    def embed(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> Vectors:
-        check_lengths(self, texts, ids)
-        out = np.zeros((len(texts), self._dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in self._words(text):
-                out[i] += self._word_vector(word)
         return normalise(out)

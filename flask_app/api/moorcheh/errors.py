@@ -7,8 +7,8 @@ import logging
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from flask_app.api.json_body import BadRequest
-from flask_app.llm import LLMFailed, LLMOverloaded, LLMTimeout
+from flask_app.api.http.json_body import BadRequest
+from flask_app.inference.llm import LLMFailed, LLMOverloaded, LLMTimeout
 from flask_app.rag import RagError
 from flask_app.store import CapacityError, StoreError
 

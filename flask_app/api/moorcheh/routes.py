@@ -17,13 +17,13 @@ from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from flask_app import rag, simcore
-from flask_app.api.json_body import BadRequest, json_object, validate
-from flask_app.api.moorcheh_schema import DeleteItems, LegacyUpload, Search, Upload, UploadItem
-from flask_app.embed import EmbeddingError
-from flask_app.extensions import services_of, settings_of
+from flask_app.api.http.extensions import services_of, settings_of
+from flask_app.api.http.json_body import BadRequest, json_object, validate
+from flask_app.api.http.vectors import VectorError, check_matrix
+from flask_app.api.moorcheh.schemas import DeleteItems, LegacyUpload, Search, Upload, UploadItem
+from flask_app.inference.embed import EmbeddingError
 from flask_app.services import Services
 from flask_app.store import Collection
-from flask_app.vectors import VectorError, check_matrix
 
 blueprint = Blueprint("moorcheh", __name__)
 Vector = npt.NDArray[np.float32]

@@ -1,0 +1,1 @@
+"""Plumbing every HTTP surface shares: JSON bodies, SSE, per-app state, vector checks."""

@@ -1,0 +1,1 @@
+"""The `edgerag` command line: `serve`, `pull` and the client verbs."""

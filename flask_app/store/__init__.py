@@ -1,0 +1,18 @@
+"""Namespaces → collections → items: rows in SQLite, vectors in a simcore index."""
+
+from flask_app.store.collection import Collection, CollectionInfo, Hit, Item, MetadataValue
+from flask_app.store.errors import CapacityError, ClearedError, ConflictError, StoreError
+from flask_app.store.store import Store
+
+__all__ = [
+    "CapacityError",
+    "ClearedError",
+    "Collection",
+    "CollectionInfo",
+    "ConflictError",
+    "Hit",
+    "Item",
+    "MetadataValue",
+    "Store",
+    "StoreError",
+]
