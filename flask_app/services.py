@@ -36,6 +36,8 @@ def _require(path_desc: str, path: object) -> None:
 
 
 def load_services(settings: Settings) -> Services:
+    """The store first (a locked data directory fails fast), then the models."""
+    store = Store(settings.data_dir)
     llm = None
     if not settings.no_llm:
         path = settings.llm_path()
@@ -51,4 +53,4 @@ def load_services(settings: Settings) -> Services:
         _require("embedding model file", path)
         _log.info("loading embedder %s", path)
         embedder = LlamaEmbedder(path, n_threads=settings.llm_threads)
-    return Services(store=Store(settings.data_dir), llm=llm, embedder=embedder)
+    return Services(store=store, llm=llm, embedder=embedder)

@@ -7,7 +7,7 @@ import pytest
 
 from flask_app import rag
 from flask_app.inference.fakes import ScriptedBackend
-from flask_app.inference.llm import LLM
+from flask_app.inference.llm import LLM, ChatMessage
 from flask_app.rag import prompts
 from flask_app.store import Hit
 
@@ -113,7 +113,7 @@ def test_precheck_below_threshold_returns_the_fixed_sentence_without_generating(
     sources = [source("The bridge opened in 1998.")]
     q = rag.Question(query="Who designed the bridge?")
     prompt = rag.build_prompt(llm, q, sources, answer_tokens=50, context_tokens=200)
-    check = rag.answer_precheck(q, sources, threshold=0.38)
+    check = rag.answer_precheck(llm, q, sources, 0.38, 200)
     with rag.open_stream(llm, prompt, q, 50, check) as tokens:
         assert "".join(tokens) == prompts.NO_CONTEXT_ANSWER
         assert tokens.precheck_probability == 0.2
@@ -128,6 +128,55 @@ def test_precheck_above_threshold_generates() -> None:
     sources = [source("The bridge opened in 1998.")]
     q = rag.Question(query="When did the bridge open?")
     prompt = rag.build_prompt(llm, q, sources, answer_tokens=50, context_tokens=200)
-    with rag.open_stream(llm, prompt, q, 50, rag.answer_precheck(q, sources, 0.38)) as tokens:
+    with rag.open_stream(
+        llm, prompt, q, 50, rag.answer_precheck(llm, q, sources, 0.38, 200)
+    ) as tokens:
         assert "".join(tokens) == "It opened in 1998."
-    assert rag.answer_precheck(q, sources, 0.0) is None  # 0 disables the check
+    assert rag.answer_precheck(llm, q, sources, 0.0, 200) is None  # 0 disables the check
+
+
+def test_precheck_of_a_passage_longer_than_the_window_fits_the_window() -> None:
+    """A passage longer than the context made every question whose top hit it
+    was fail with "LLM request failed"."""
+    backend = ScriptedBackend("ok", n_ctx=300)
+    llm = LLM(backend)
+    long_text = " ".join(f"Sentence number {i} says nothing useful." for i in range(400))
+    q = rag.Question(query="What does sentence 3 say?")
+    check = rag.answer_precheck(llm, q, [source(long_text)], 0.38, 1024)
+    assert check is not None
+    assert llm.count_chat_tokens(check.messages) < 300
+    assert "Sentence number 0" in check.messages[1]["content"]
+
+
+def test_history_trimming_costs_the_window_not_the_history() -> None:
+    """2 MB of chat history used to be re-tokenized once per dropped exchange
+    (34 s of CPU before queueing); now only the turns that can fit are counted."""
+    counted: list[int] = []
+
+    class Counting(ScriptedBackend):
+        def count_tokens(self, text: str) -> int:
+            counted.append(len(text))
+            return super().count_tokens(text)
+
+    llm = LLM(Counting("ok", n_ctx=2048))
+    turn = "word " * 4000  # 20,000 characters
+    history: list[ChatMessage] = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": turn} for i in range(100)
+    ]
+    q = rag.Question(query="And then?", chat_history=history)
+    prompt = rag.build_prompt(llm, q, [source("A passage.")], answer_tokens=64, context_tokens=256)
+    assert sum(counted) < 200_000  # was about 100 × 2 MB
+    assert prompt.prompt_tokens < 2048
+
+
+def test_recent_history_keeps_whole_exchanges_newest_first() -> None:
+    turns: list[ChatMessage] = [
+        {"role": "user", "content": "a " * 10},
+        {"role": "assistant", "content": "b " * 10},
+        {"role": "user", "content": "c " * 10},
+        {"role": "assistant", "content": "d " * 10},
+    ]
+    count = len  # one token per character
+    assert rag.recent_history(turns, 1000, count) == turns
+    assert rag.recent_history(turns, 50, count) == turns[2:]
+    assert rag.recent_history(turns, 30, count) == []

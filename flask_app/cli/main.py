@@ -90,6 +90,7 @@ def cmd_serve(settings: Settings, log_level: str) -> int:
 
     from flask_app.app import create_app
     from flask_app.services import ModelMissing, load_services
+    from flask_app.store import DataDirLocked
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -97,7 +98,7 @@ def cmd_serve(settings: Settings, log_level: str) -> int:
     logging.getLogger("edgerag.llama").setLevel(logging.WARNING)
     try:
         services = load_services(settings)
-    except ModelMissing as exc:
+    except (ModelMissing, DataDirLocked) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     app = create_app(settings, services)

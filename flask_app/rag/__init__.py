@@ -16,6 +16,7 @@ from flask_app.rag.pipeline import (
     fit_passages,
     open_stream,
     query_vector,
+    recent_history,
     retrieve,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "fit_passages",
     "open_stream",
     "query_vector",
+    "recent_history",
     "retrieve",
 ]

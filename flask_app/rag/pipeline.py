@@ -112,6 +112,18 @@ def query_vector(
             "query: text queries need the server's embedding model (it was started with "
             "--no-embedder); send a query vector"
         )
+    if info.dimension is not None and info.dimension != embedder.dim:
+        raise QueryError(
+            f"query: the store holds {info.dimension}-dimensional vectors but the server's "
+            f"embedder {embedder.model_id!r} makes {embedder.dim}-dimensional ones; "
+            f"send a {info.dimension}-dimensional query vector instead of text"
+        )
+    if info.dimension is not None and info.mode == "vector" and info.embedding_model is None:
+        raise QueryError(
+            "query: the store holds client vectors of an unknown model, so a text query "
+            "cannot be embedded to match them; send a query vector (or upload with "
+            f"embedding_model {embedder.model_id!r} when the vectors come from that model)"
+        )
     if info.embedding_model not in (None, embedder.model_id):
         raise QueryError(
             f"query: the store holds vectors from {info.embedding_model!r}, not the server's "
@@ -219,6 +231,24 @@ def build_messages(question: Question, passages: Sequence[str]) -> list[ChatMess
     return messages
 
 
+def recent_history(
+    turns: Sequence[ChatMessage], budget: int, count: Callable[[str], int]
+) -> list[ChatMessage]:
+    """The newest whole exchanges whose text fits in `budget` tokens. Turns are
+    counted newest first, once each, and counting stops at the first that does
+    not fit: the cost follows the window, not the size of the history sent."""
+    kept = 0
+    used = 0
+    for turn in reversed(turns):
+        used += count(turn["content"]) + 4  # + role markers
+        if used > budget:
+            break
+        kept += 1
+    if kept % 2 and kept < len(turns):
+        kept -= 1  # keep user/assistant exchanges whole
+    return list(turns[len(turns) - kept :]) if kept else []
+
+
 def build_prompt(
     llm: LLM,
     question: Question,
@@ -231,14 +261,15 @@ def build_prompt(
     passage text, and never more than the window leaves after the prompts,
     the history, the question and `answer_tokens` for the answer."""
     count = llm.count_tokens
-    history = list(question.chat_history)
+    history = recent_history(question.chat_history, llm.n_ctx - answer_tokens, count)
+    trial = replace(question, chat_history=history)
     while True:
-        trial = replace(question, chat_history=history)
         fixed = llm.count_chat_tokens(build_messages(trial, []))
         room = llm.n_ctx - answer_tokens - fixed
         if room >= 64 or not history:
             break
         history = history[2:]  # drop the oldest exchange
+        trial = replace(question, chat_history=history)
     if room < 16:
         raise ContextOverflow(
             f"the prompts and question take {fixed} tokens; with {answer_tokens} for the answer "
@@ -275,16 +306,29 @@ def clean_stream(tokens: Iterator[str]) -> Iterator[str]:
 
 
 def answer_precheck(
-    question: Question, sources: Sequence[Source], threshold: float
+    llm: LLM, question: Question, sources: Sequence[Source], threshold: float, context_tokens: int
 ) -> Precheck | None:
     """Ask the model whether the best passage answers the question before it
-    generates; below `threshold` the answer is the fixed no-information sentence."""
+    generates; below `threshold` the answer is the fixed no-information sentence.
+    The passage is cut like the answer's passages so the check always fits."""
     if threshold <= 0 or not sources:
         return None
-    messages: list[ChatMessage] = [
-        {"role": "system", "content": prompts.CHECK_SYSTEM_PROMPT},
-        {"role": "user", "content": prompts.check_message(sources[0].hit.text, question.query)},
-    ]
+
+    def messages_for(passage: str) -> list[ChatMessage]:
+        return [
+            {"role": "system", "content": prompts.CHECK_SYSTEM_PROMPT},
+            {"role": "user", "content": prompts.check_message(passage, question.query)},
+        ]
+
+    fixed = llm.count_chat_tokens(messages_for(""))
+    room = min(context_tokens, llm.n_ctx - fixed - 8)
+    if room < 16:
+        return None  # the question alone nearly fills the window: let the answer decide
+    passage = cut_to_tokens(sources[0].hit.text, room, llm.count_tokens)
+    messages = messages_for(passage)
+    while llm.count_chat_tokens(messages) >= llm.n_ctx and passage:
+        passage = cut_to_tokens(passage, max(1, llm.count_tokens(passage) - 32), llm.count_tokens)
+        messages = messages_for(passage)
     return Precheck(messages, threshold, prompts.NO_CONTEXT_ANSWER)
 
 

@@ -1,7 +1,15 @@
 """Namespaces → collections → items: rows in SQLite, vectors in a simcore index."""
 
 from flask_app.store.collection import Collection, CollectionInfo, Hit, Item, MetadataValue
-from flask_app.store.errors import CapacityError, ClearedError, ConflictError, StoreError
+from flask_app.store.errors import (
+    CapacityError,
+    ClearedError,
+    CollectionUnavailable,
+    ConflictError,
+    DataDirLocked,
+    StoreError,
+    VectorRejected,
+)
 from flask_app.store.store import Store
 
 __all__ = [
@@ -9,10 +17,13 @@ __all__ = [
     "ClearedError",
     "Collection",
     "CollectionInfo",
+    "CollectionUnavailable",
     "ConflictError",
+    "DataDirLocked",
     "Hit",
     "Item",
     "MetadataValue",
     "Store",
     "StoreError",
+    "VectorRejected",
 ]

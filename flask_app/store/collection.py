@@ -12,7 +12,11 @@ half-written is ever visible):
    record (already applied); it commits with fsync;
 2. the simcore index applies the batch (its own fsync'd commit).
 On open, the redo record left by the last batch is applied again to the index
-(re-applying is idempotent), so a crash between 1 and 2 loses nothing. Writers
+unless the index already holds it (so a restart never re-appends), and a crash
+between 1 and 2 loses nothing. Vectors are checked and normalised before step
+1, so no batch can be committed that the index would refuse; a record that
+fails anyway is undone (its write was never acknowledged). Replaced and
+deleted rows are reclaimed by compaction once they outnumber the live ones. Writers
 hold the collection's write lock for both steps; searches hold its read lock,
 so a search sees a batch either entirely or not at all.
 """
@@ -20,6 +24,7 @@ so a search sees a batch either entirely or not at all.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sqlite3
 import threading
@@ -34,8 +39,17 @@ import numpy as np
 import numpy.typing as npt
 
 from flask_app import simcore
-from flask_app.store.errors import CapacityError, ClearedError, ConflictError
+from flask_app.store.errors import (
+    CapacityError,
+    ClearedError,
+    CollectionUnavailable,
+    ConflictError,
+    VectorRejected,
+)
 from flask_app.store.rwlock import RWLock
+from flask_app.store.unit import unit_rows
+
+_log = logging.getLogger("edgerag.store")
 
 Vectors = npt.NDArray[np.float32]
 MetadataValue = str | int | float | bool | None
@@ -114,10 +128,12 @@ def _meta_rows(
     return rows
 
 
-def _normalise(vectors: Vectors) -> Vectors:
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    out: Vectors = (vectors / norms).astype(np.float32)
-    return out
+# Compaction runs once dead rows (replaced or deleted) reach the live rows and
+# this many: its cost (one rewrite of the live rows) is then amortised over at
+# least as many writes, and scans never read more than twice the live rows.
+COMPACT_MIN_DEAD = 1024
+# A WAL larger than this is checkpointed and truncated after a write.
+WAL_TRUNCATE_BYTES = 8 << 20
 
 
 class Collection:
@@ -150,8 +166,8 @@ class Collection:
             )
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            # Batches are large (a redo record holds the batch's vectors): checkpoint
-            # the WAL every ~64 MB instead of every 4 MB.
+            # Batches are large (a redo record holds the batch's vectors): let the
+            # WAL grow past the 4 MB default; `_trim_wal` truncates it after writes.
             db.execute("PRAGMA wal_autocheckpoint=16384")
             self._local.db = db
         return db
@@ -178,19 +194,44 @@ class Collection:
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
+            db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:  # the body failed, or COMMIT itself did (disk full, I/O)
+                db.execute("ROLLBACK")
             raise
-        db.execute("COMMIT")
+
+    def _trim_wal(self) -> None:
+        wal = self.path / "rows.sqlite-wal"
+        try:
+            size = wal.stat().st_size
+        except FileNotFoundError:
+            return
+        if size > WAL_TRUNCATE_BYTES:
+            self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _read_settings(self) -> dict[str, Any]:
         rows = self._db().execute("SELECT key, value FROM settings").fetchall()
         return {k: json.loads(v) for k, v in rows}
 
     def _open_index(self, dim: int) -> simcore.Index:
-        """The collection's index; created when a crash came before its first commit."""
+        """The collection's index; created when a crash came before its first
+        commit (every stored item is then in a redo record, replayed next)."""
         if (self._index_path / "CURRENT").exists():
             return simcore.Index.open(self._index_path)
+        orphans = (
+            self._db()
+            .execute(
+                "SELECT count(*) FROM items WHERE id NOT IN "
+                "(SELECT value FROM pending, json_each(pending.ids) WHERE op = 'upsert')"
+            )
+            .fetchone()[0]
+        )
+        if orphans:
+            raise CollectionUnavailable(
+                self.path.name,
+                f"index/CURRENT is missing while {orphans} stored items have no redo record; "
+                "the index files were removed or lost",
+            )
         if self._index_path.exists():
             shutil.rmtree(self._index_path)
         return simcore.Index.create(self._index_path, dim)
@@ -202,17 +243,58 @@ class Collection:
         earlier ones are normally removed by the next write's transaction.
         """
         pending = self._db().execute("SELECT op, ids, vectors FROM pending ORDER BY seq").fetchall()
+        index = self._index
         for op, ids_json, blob in pending:
             ids = json.loads(ids_json)
-            if op == "upsert" and self._index is not None:
+            if op == "upsert" and index is not None:
                 vectors = np.frombuffer(blob, dtype=np.float32).reshape(len(ids), -1)
-                self._index.upsert(ids, vectors)
-            elif op == "delete" and self._index is not None:
-                self._index.delete(ids)
+                if self._holds(index, ids, vectors):
+                    continue  # applied before the crash: re-applying would append again
+                try:
+                    index.upsert(ids, vectors)
+                except simcore.SimcoreValueError as exc:
+                    self._undo_batch(index, ids, str(exc))
+            elif op == "delete" and index is not None:
+                index.delete(ids)
         if pending:
             with self._write() as db:
                 db.execute("DELETE FROM pending")
         self._needs_recovery = False
+
+    @staticmethod
+    def _holds(index: simcore.Index, ids: Sequence[str], vectors: Vectors) -> bool:
+        for i, item_id in enumerate(ids):
+            stored = index.get(item_id)
+            if stored is None or not np.array_equal(stored, vectors[i]):
+                return False
+        return True
+
+    def _undo_batch(self, index: simcore.Index, ids: Sequence[str], reason: str) -> None:
+        """Drop the rows of a redo record the index refuses (written by an older
+        version that did not check vectors; its request failed, so nothing
+        acknowledged is lost): the items the index lacks leave SQLite too."""
+        absent = [(i,) for i in ids if i not in index]
+        _log.warning(
+            "%s: dropping an unapplied batch of %d items the index refuses (%s)",
+            self.path,
+            len(absent),
+            reason,
+        )
+        with self._write() as db:
+            db.executemany("DELETE FROM items WHERE id = ?", absent)
+            db.executemany("DELETE FROM item_meta WHERE id = ?", absent)
+
+    def _maybe_compact(self, index: simcore.Index) -> None:
+        dead = index.deleted_rows
+        if dead >= COMPACT_MIN_DEAD and dead >= index.rows - dead:
+            started = time.perf_counter()
+            index.compact()
+            _log.info(
+                "%s: compacted %d dead rows in %.0f ms",
+                self.path,
+                dead,
+                (time.perf_counter() - started) * 1000,
+            )
 
     def _apply(self, action: Callable[[], object]) -> None:
         """Apply a committed batch to the index; if that fails, the redo record
@@ -250,7 +332,12 @@ class Collection:
         if len(ids) == 0:
             return self._count
         dim = int(vectors.shape[1])
-        vectors = _normalise(vectors)
+        vectors, bad = unit_rows(vectors)
+        if bad is not None:
+            raise VectorRejected(
+                f"vector {bad} (id {ids[bad]!r}) has a non-finite value or is too close "
+                "to zero to have a direction"
+            )
         now = time.time()
         with self._writing():
             self._check_settings(mode, dim, embedding_model)
@@ -301,7 +388,12 @@ class Collection:
                 }
             self._apply(lambda: index.upsert(list(ids), vectors))
             self._count += new
+            self._after_write(index)
             return self._count
+
+    def _after_write(self, index: simcore.Index) -> None:
+        self._maybe_compact(index)
+        self._trim_wal()
 
     def _check_settings(self, mode: str, dim: int, embedding_model: str | None) -> None:
         s = self._settings
@@ -347,6 +439,7 @@ class Collection:
                     )
                 self._apply(lambda: index.delete(found))
                 self._count -= len(found)
+                self._after_write(index)
             return len(found), missing
 
     def matching_ids(self, metadata: Mapping[str, MetadataValue]) -> list[str]:

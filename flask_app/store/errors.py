@@ -37,3 +37,25 @@ class CapacityError(StoreError):
         self.current = current
         self.max_items = max_items
         self.requested_new = requested_new
+
+
+class VectorRejected(StoreError):
+    """A vector cannot be stored (non-finite, or too close to zero to have a direction)."""
+
+
+class DataDirLocked(StoreError):
+    """Another process holds the data directory."""
+
+    status = 503
+
+
+class CollectionUnavailable(StoreError):
+    """A collection's files cannot be opened (corrupt or half-written); the
+    rest of the store keeps serving."""
+
+    status = 503
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"collection {name} is unavailable: {reason}")
+        self.name = name
+        self.reason = reason

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import fcntl
+import logging
+import os
 import shutil
+import sqlite3
 import threading
 import time
+import weakref
 from pathlib import Path
 
+from flask_app import simcore
 from flask_app.store.collection import Collection
+from flask_app.store.errors import CollectionUnavailable, DataDirLocked
+
+_log = logging.getLogger("edgerag.store")
+# What opening a damaged collection can raise; anything else is a bug and propagates.
+_OPEN_FAILURES = (OSError, sqlite3.DatabaseError, simcore.SimcoreValueError, ValueError)
 
 
 class Store:
@@ -19,9 +30,26 @@ class Store:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
+        fd = _lock_exclusively(data_dir / ".lock")
+        # released by close(), or when the store is garbage-collected
+        self._release = weakref.finalize(self, os.close, fd)
         self._collections: dict[tuple[str, str], Collection] = {}
+        self._failures: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
         self._clear_trash()
+
+    def close(self) -> None:
+        """Close every collection and release the data directory."""
+        with self._lock:
+            for collection in self._collections.values():
+                collection.close()
+            self._collections.clear()
+            self._release()
+
+    def failures(self) -> dict[str, str]:
+        """Collections that could not be opened, by "namespace/name", with the reason."""
+        with self._lock:
+            return {f"{ns}/{name}": why for (ns, name), why in self._failures.items()}
 
     def _clear_trash(self) -> None:
         for trash in self.data_dir.glob(".trash-*"):
@@ -31,7 +59,17 @@ class Store:
         with self._lock:
             key = (namespace, name)
             if key not in self._collections:
-                self._collections[key] = Collection(self.data_dir / namespace / name)
+                try:
+                    self._collections[key] = Collection(self.data_dir / namespace / name)
+                except CollectionUnavailable as exc:
+                    self._failures[key] = exc.reason
+                    raise
+                except _OPEN_FAILURES as exc:
+                    # one damaged collection is refused on its own; the rest keep serving
+                    _log.error("cannot open collection %s/%s: %s", namespace, name, exc)
+                    self._failures[key] = str(exc)
+                    raise CollectionUnavailable(f"{namespace}/{name}", str(exc)) from exc
+                self._failures.pop(key, None)
             return self._collections[key]
 
     def edge(self) -> Collection:
@@ -43,6 +81,7 @@ class Store:
         with self._lock:
             key = (namespace, name)
             collection = self._collections.pop(key, None)
+            self._failures.pop(key, None)
             path = self.data_dir / namespace / name
             if collection is not None:
                 with collection._writing():
@@ -56,3 +95,21 @@ class Store:
             trash = self.data_dir / f".trash-{time.monotonic_ns()}"
             path.rename(trash)
             shutil.rmtree(trash, ignore_errors=True)
+
+
+def _lock_exclusively(path: Path) -> int:
+    """An fd holding an exclusive lock on `path`: two servers on one data
+    directory would each see a stale view and overwrite the other's files."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise DataDirLocked(
+            f"data directory {path.parent} is in use by another edgerag process (pid {holder}); "
+            "stop it or choose another --data-dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd

@@ -39,18 +39,23 @@ pub struct TopK {
     floor: f32,
 }
 
+/// Most slots reserved up front: a huge `k` (or `k × oversample`) grows the
+/// heap as hits arrive instead of allocating for hits that never come.
+const MAX_RESERVE: usize = 4096;
+
 impl TopK {
     pub fn new(k: usize) -> Self {
         Self {
             k,
-            heap: BinaryHeap::with_capacity(k + 1),
+            heap: BinaryHeap::with_capacity(k.min(MAX_RESERVE) + 1),
             floor: f32::NEG_INFINITY,
         }
     }
 
     #[inline]
     pub fn push(&mut self, score: f32, row: usize) {
-        if score < self.floor || self.k == 0 {
+        // NaN would otherwise rank first (total_cmp puts it above +inf).
+        if score.is_nan() || score < self.floor || self.k == 0 {
             return;
         }
         let hit = Hit { score, row };
@@ -122,6 +127,19 @@ mod tests {
     #[test]
     fn k_larger_than_n_returns_all() {
         assert_eq!(run(&[0.2, 0.3], 10), vec![(1, 0.3), (0, 0.2)]);
+    }
+
+    #[test]
+    fn nan_scores_never_rank() {
+        assert_eq!(run(&[f32::NAN, 0.2, f32::NAN, 0.1], 3), vec![(1, 0.2), (3, 0.1)]);
+    }
+
+    #[test]
+    fn huge_k_reserves_little() {
+        let mut t = TopK::new(usize::MAX / 2);
+        t.push(1.0, 0);
+        assert!(t.heap.capacity() <= MAX_RESERVE + 1);
+        assert_eq!(t.into_sorted().len(), 1);
     }
 
     #[test]

@@ -7,6 +7,8 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
+from flask_app.store.unit import MIN_NORM, unit_rows
+
 
 class VectorError(ValueError):
     """A vector has too few or too many dimensions, a non-finite value, or is all zeros."""
@@ -26,4 +28,9 @@ def check_matrix(
     zero = ~matrix.any(axis=1)
     if zero.any():
         raise VectorError(f"{label(int(np.argmax(zero)))} is all zeros")
+    _, bad = unit_rows(matrix)
+    if bad is not None:
+        raise VectorError(
+            f"{label(bad)} is too close to zero to have a direction (L2 norm below {MIN_NORM:g})"
+        )
     return matrix

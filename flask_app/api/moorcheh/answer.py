@@ -76,8 +76,11 @@ def _prepare() -> tuple[rag.Question, list[rag.Source], rag.Prompt | None]:
 def _open(question: rag.Question, sources: list[rag.Source], prompt: rag.Prompt) -> TokenStream:
     """Queue for the model, run the answerability check, start generating."""
     settings = settings_of(current_app)
-    precheck = rag.answer_precheck(question, sources, settings.answer_check)
     llm = services_of(current_app).llm
+    assert llm is not None
+    precheck = rag.answer_precheck(
+        llm, question, sources, settings.answer_check, settings.context_tokens
+    )
     return rag.open_stream(llm, prompt, question, settings.max_tokens, precheck)
 
 

@@ -23,7 +23,7 @@ from flask_app.api.http.vectors import VectorError, check_matrix
 from flask_app.api.moorcheh.schemas import DeleteItems, LegacyUpload, Search, Upload, UploadItem
 from flask_app.inference.embed import EmbeddingError
 from flask_app.services import Services
-from flask_app.store import Collection
+from flask_app.store import Collection, CollectionInfo, CollectionUnavailable
 
 blueprint = Blueprint("moorcheh", __name__)
 Vector = npt.NDArray[np.float32]
@@ -48,7 +48,11 @@ def _edge() -> Collection:
 @blueprint.get("/health")
 def health() -> ResponseReturnValue:
     services = _services()
-    info = services.store.edge().info()
+    try:
+        info: CollectionInfo | None = services.store.edge().info()
+    except CollectionUnavailable:
+        info = None  # listed under "unavailable"; /health itself keeps answering
+    unavailable = services.store.failures()
     cap = _max_items()
     llm: dict[str, Any] | None = None
     if services.llm is not None:
@@ -66,17 +70,21 @@ def health() -> ResponseReturnValue:
             "dimension": services.embedder.dim,
             "max_tokens": services.embedder.max_tokens,
         }
-    return jsonify(
-        status="ok",
-        dimension=info.dimension,
-        store_mode=info.mode,
-        embedding_model=info.embedding_model,
-        items=info.items,
-        max_items=cap,
-        remaining=None if cap is None else max(0, cap - info.items),
-        llm=llm,
-        embedder=embedder,
-    )
+    items = info.items if info else 0
+    body: dict[str, Any] = {
+        "status": "degraded" if unavailable else "ok",
+        "dimension": info.dimension if info else None,
+        "store_mode": info.mode if info else None,
+        "embedding_model": info.embedding_model if info else None,
+        "items": items,
+        "max_items": cap,
+        "remaining": None if cap is None else max(0, cap - items),
+        "llm": llm,
+        "embedder": embedder,
+    }
+    if unavailable:
+        body["unavailable"] = unavailable
+    return jsonify(body)
 
 
 def _embed_items(items: list[UploadItem], model: str | None) -> tuple[Vector, str]:
