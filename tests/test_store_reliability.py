@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -222,7 +223,7 @@ def test_a_failed_commit_is_rolled_back(tmp_path: Path) -> None:
         def __getattr__(self, name: str) -> object:
             return getattr(self.real, name)
 
-        def execute(self, sql: str, *args: object) -> object:
+        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
             if sql == "COMMIT":
                 raise sqlite3.OperationalError("disk I/O error")
             return self.real.execute(sql, *args)
