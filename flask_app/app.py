@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Flask
 
-from flask_app.api.http import extensions
+from flask_app.api.http import admission, extensions
 from flask_app.api.http.json_body import OrjsonProvider
 from flask_app.api.moorcheh import answer as moorcheh_answer
 from flask_app.api.moorcheh import errors
@@ -22,4 +22,5 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     app.register_blueprint(moorcheh.blueprint)
     app.register_blueprint(moorcheh_answer.blueprint)
     errors.register(app)
+    admission.install(app)
     return app

@@ -37,7 +37,7 @@ def _require(path_desc: str, path: object) -> None:
 
 def load_services(settings: Settings) -> Services:
     """The store first (a locked data directory fails fast), then the models."""
-    store = Store(settings.data_dir)
+    store = Store(settings.data_dir, search_threads=settings.search_threads)
     llm = None
     if not settings.no_llm:
         path = settings.llm_path()
@@ -52,5 +52,7 @@ def load_services(settings: Settings) -> Services:
         path = settings.embed_path()
         _require("embedding model file", path)
         _log.info("loading embedder %s", path)
-        embedder = LlamaEmbedder(path, n_threads=settings.llm_threads)
+        embedder = LlamaEmbedder(
+            path, n_threads=settings.embed_threads, lock_timeout=settings.request_timeout
+        )
     return Services(store=store, llm=llm, embedder=embedder)

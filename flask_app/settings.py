@@ -26,12 +26,20 @@ def _help(text: str) -> dict[str, str]:
     return {"help": text}
 
 
+# HTTP threads never taken by requests that wait for the LLM.
+FREE_HTTP_THREADS = 4
+
+
 @dataclass(frozen=True)
 class Settings:
     host: str = field(default="127.0.0.1", metadata=_help("address to bind"))
     port: int = field(default=8080, metadata=_help("TCP port to bind"))
     http_threads: int = field(
-        default=8, metadata=_help("WSGI worker threads (concurrent HTTP requests)")
+        default=16,
+        metadata=_help(
+            "WSGI worker threads (concurrent HTTP requests); at least queue_size + 5, so "
+            "4 threads always stay free for routes that do not wait for the LLM"
+        ),
     )
     data_dir: Path = field(
         default_factory=lambda: user_data_path("edgerag") / "data",
@@ -66,7 +74,18 @@ class Settings:
     n_ctx: int = field(default=4096, metadata=_help("LLM context window in tokens"))
     llm_threads: int = field(
         default_factory=available_cores,
-        metadata=_help("threads for the LLM and embedder (default: available cores)"),
+        metadata=_help("threads the LLM computes with (default: available cores)"),
+    )
+    embed_threads: int = field(
+        default_factory=lambda: max(1, available_cores() // 2),
+        metadata=_help(
+            "threads the embedder computes with (default: half the cores, so an upload "
+            "does not stall a generation)"
+        ),
+    )
+    search_threads: int = field(
+        default_factory=available_cores,
+        metadata=_help("threads one vector scan may use (default: available cores)"),
     )
     queue_size: int = field(
         default=8, metadata=_help("requests allowed to wait for the LLM; more get 503")
@@ -107,7 +126,16 @@ class Settings:
             (self.http_threads >= 1, "http_threads must be >= 1"),
             (self.n_ctx >= 256, "n_ctx must be >= 256"),
             (self.llm_threads >= 1, "llm_threads must be >= 1"),
+            (self.embed_threads >= 1, "embed_threads must be >= 1"),
+            (self.search_threads >= 1, "search_threads must be >= 1"),
             (self.queue_size >= 0, "queue_size must be >= 0"),
+            (
+                self.queue_size + 1 + FREE_HTTP_THREADS <= self.http_threads,
+                f"http_threads ({self.http_threads}) must be at least queue_size + "
+                f"{1 + FREE_HTTP_THREADS} ({self.queue_size + 1 + FREE_HTTP_THREADS}): requests "
+                "waiting for the LLM hold a thread each, and health, search and uploads "
+                f"need {FREE_HTTP_THREADS} free ones",
+            ),
             (self.request_timeout > 0, "request_timeout must be > 0"),
             (1 <= self.max_tokens < self.n_ctx, "max_tokens must be 1..n_ctx-1"),
             (self.quant in ("q4_0", "q4_k_m"), "quant must be q4_0 or q4_k_m"),

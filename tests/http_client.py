@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 import requests
 from flask import Flask
-from waitress.server import create_server
+
+from flask_app.api.http.waitress_server import make_server
 
 
 @dataclass
@@ -100,10 +101,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_in_thread(app: Flask) -> Iterator[str]:
-    """The production WSGI server (waitress) on a free loopback port."""
+def serve_in_thread(app: Flask, threads: int = 4) -> Iterator[str]:
+    """The production WSGI server (waitress, as `edgerag serve` sets it up) on a
+    free loopback port."""
     port = free_port()
-    server = create_server(app, host="127.0.0.1", port=port, threads=4)
+    server = make_server(app, host="127.0.0.1", port=port, threads=threads)
     stopping = threading.Event()
 
     def run() -> None:

@@ -119,10 +119,10 @@ def test_llm_not_configured(tmp_path: Path) -> None:
         assert "--no-llm" in r.get_json()["message"]
 
 
-def test_llm_failure_is_400_llm_request_failed(tmp_path: Path) -> None:
+def test_a_model_failure_is_a_server_error_llm_request_failed(tmp_path: Path) -> None:
     client = build(tmp_path, ScriptedBackend("a b c", fail_after=1)).test_client()
     r = client.post("/answer", json={"query": "When did the bridge open?"})
-    assert (r.status_code, r.get_json()["message"]) == (400, "LLM request failed")
+    assert (r.status_code, r.get_json()["message"]) == (500, "LLM request failed")
 
 
 @pytest.mark.parametrize(

@@ -45,13 +45,13 @@ def test_llm_overload_maps_to_503_with_retry_after(app: Flask) -> None:
     assert "queue is full" in r.get_json()["message"]
 
 
-def test_llm_failure_maps_to_400_llm_request_failed(app: Flask) -> None:
+def test_llm_failure_maps_to_500_llm_request_failed(app: Flask) -> None:
     llm = services_of(app).llm
     assert llm is not None
     llm.backend.fail_after = 0  # type: ignore[attr-defined]
     app.add_url_rule("/_test/ask", "ask", lambda: llm.chat([{"role": "user", "content": "x"}]))
     r = app.test_client().get("/_test/ask")
-    assert r.status_code == 400 and r.get_json()["message"] == "LLM request failed"
+    assert r.status_code == 500 and r.get_json()["message"] == "LLM request failed"
 
 
 def test_health_without_models(settings: Settings) -> None:

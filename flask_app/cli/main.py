@@ -85,9 +85,19 @@ def cmd_pull(settings: Settings) -> int:
     return 0
 
 
-def cmd_serve(settings: Settings, log_level: str) -> int:
-    import waitress
+def _is_loopback(host: str) -> bool:
+    import ipaddress
 
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_serve(settings: Settings, log_level: str) -> int:
+    from flask_app.api.http.waitress_server import serve
     from flask_app.app import create_app
     from flask_app.services import ModelMissing, load_services
     from flask_app.store import DataDirLocked
@@ -96,6 +106,13 @@ def cmd_serve(settings: Settings, log_level: str) -> int:
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("edgerag.llama").setLevel(logging.WARNING)
+    if not _is_loopback(settings.host):
+        print(
+            f"Warning: binding {settings.host} exposes every route, uploads and deletes "
+            "included, without authentication to the network",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         services = load_services(settings)
     except (ModelMissing, DataDirLocked) as exc:
@@ -108,12 +125,11 @@ def cmd_serve(settings: Settings, log_level: str) -> int:
         f"edgerag on http://{settings.host}:{settings.port} (llm: {llm}, embedder: {embedder})",
         flush=True,
     )
-    waitress.serve(
+    serve(
         app,
         host=settings.host,
         port=settings.port,
         threads=settings.http_threads,
-        ident="edgerag",
         channel_timeout=settings.request_timeout + 30,
     )
     return 0

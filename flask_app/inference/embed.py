@@ -39,6 +39,10 @@ class TextTooLong(EmbeddingError):
         self.limit = limit
 
 
+class EmbedderBusy(Exception):
+    """The embedder stayed busy past the caller's deadline."""
+
+
 class Embedder(Protocol):
     @property
     def model_id(self) -> str: ...
@@ -89,7 +93,9 @@ class LlamaEmbedder:
     decoded one after another; calls are serialised by a lock.)
     """
 
-    def __init__(self, path: Path, *, n_threads: int | None = None) -> None:
+    def __init__(
+        self, path: Path, *, n_threads: int | None = None, lock_timeout: float = 60.0
+    ) -> None:
         import llama_cpp
 
         route_llama_logs()
@@ -112,6 +118,7 @@ class LlamaEmbedder:
         self._dim = int(self._llama.n_embd())
         self._max_tokens = int(self._llama.n_ctx())
         self._lock = threading.Lock()
+        self._lock_timeout = lock_timeout
         self.path = path
 
     @property
@@ -133,7 +140,13 @@ class LlamaEmbedder:
     def embed(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> Vectors:
         check_lengths(self, texts, ids)
         out = np.empty((len(texts), self._dim), dtype=np.float32)
-        with self._lock:
+        if not self._lock.acquire(timeout=self._lock_timeout):
+            raise EmbedderBusy(
+                f"the embedding model stayed busy for {self._lock_timeout:g} s; retry later"
+            )
+        try:
             for i, text in enumerate(texts):
                 out[i] = self._llama.embed(text.strip(), truncate=False)
+        finally:
+            self._lock.release()
         return normalise(out)

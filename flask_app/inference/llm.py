@@ -15,7 +15,7 @@ import collections
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypedDict, cast
@@ -52,6 +52,14 @@ class LLMTimeout(LLMError):
 
 class LLMFailed(LLMError):
     """The model raised while generating."""
+
+
+class LLMCancelled(LLMError):
+    """The client left while its request waited for the model."""
+
+
+# How often a waiter and a generation look whether their client is still there.
+_ABANDON_POLL_S = 0.25
 
 
 class Backend(Protocol):
@@ -214,7 +222,9 @@ class FifoGate:
     def retry_after(self) -> int:
         return max(1, math.ceil(self._mean_hold * (len(self._waiters) + 1)))
 
-    def acquire(self, deadline: float) -> None:
+    def acquire(self, deadline: float, abandoned: Callable[[], bool] | None = None) -> None:
+        """Wait for the model in arrival order. `abandoned()` is polled while
+        waiting: a client that left gives its place up (LLMCancelled)."""
         with self._cond:
             if self._busy and len(self._waiters) >= self.max_waiters:
                 raise LLMOverloaded(len(self._waiters), self.retry_after())
@@ -222,11 +232,14 @@ class FifoGate:
             self._waiters.append(ticket)
             while self._busy or self._waiters[0] is not ticket:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                gone = abandoned is not None and abandoned()
+                if remaining <= 0 or gone:
                     self._waiters.remove(ticket)
                     self._cond.notify_all()
+                    if gone:
+                        raise LLMCancelled("the client left while waiting for the LLM")
                     raise LLMTimeout("timed out waiting for the LLM")
-                self._cond.wait(remaining)
+                self._cond.wait(min(remaining, _ABANDON_POLL_S) if abandoned else remaining)
             self._waiters.popleft()
             self._busy = True
 
@@ -240,14 +253,23 @@ class FifoGate:
 class TokenStream:
     """Text deltas of one generation. Holds the model until exhausted or closed."""
 
-    def __init__(self, tokens: Iterator[str], gate: FifoGate, deadline: float) -> None:
+    def __init__(
+        self,
+        tokens: Iterator[str],
+        gate: FifoGate,
+        deadline: float,
+        abandoned: Callable[[], bool] | None = None,
+    ) -> None:
         self._tokens = tokens
         self._gate = gate
         self._deadline = deadline
+        self._abandoned = abandoned
+        self._next_poll = 0.0
         self._started = time.monotonic()
         self._open = True
         self._cancelled = threading.Event()
         self.precheck_probability: float | None = None  # P(yes) of the precheck, if asked
+        self.cancelled_because_client_left = False
 
     def __iter__(self) -> TokenStream:
         return self
@@ -255,7 +277,7 @@ class TokenStream:
     def __next__(self) -> str:
         if not self._open:
             raise StopIteration
-        if self._cancelled.is_set():
+        if self._cancelled.is_set() or self._client_gone():
             self.close()
             raise StopIteration
         if time.monotonic() > self._deadline:
@@ -269,6 +291,18 @@ class TokenStream:
         except Exception as exc:
             self.close()
             raise LLMFailed(f"LLM request failed: {exc}") from exc
+
+    def _client_gone(self) -> bool:
+        if self._abandoned is None:
+            return False
+        now = time.monotonic()
+        if now < self._next_poll:
+            return False
+        self._next_poll = now + _ABANDON_POLL_S
+        if self._abandoned():
+            self.cancelled_because_client_left = True
+            return True
+        return False
 
     def cancel(self) -> None:
         """Ask the stream to stop at the next token (safe from any thread)."""
@@ -323,17 +357,20 @@ class LLM:
         temperature: float = 0.2,
         timeout: float | None = None,
         precheck: Precheck | None = None,
+        abandoned: Callable[[], bool] | None = None,
     ) -> TokenStream:
         """Wait for the model (FIFO), then return its token stream.
 
         A `precheck` is asked first, in the same turn on the model; below its
         threshold the stream yields its fallback text instead of generating.
-        Raises `LLMOverloaded` at once when the queue is full and `LLMTimeout`
-        when the deadline passes before the model is free.
+        Raises `LLMOverloaded` at once when the queue is full, `LLMTimeout`
+        when the deadline passes before the model is free, and `LLMCancelled`
+        when `abandoned()` turns true while waiting; a generation whose client
+        is gone stops at its next token.
         """
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         prompt = self.backend.render(messages)
-        self.gate.acquire(deadline)
+        self.gate.acquire(deadline, abandoned)
         probability = None
         try:
             if precheck is not None:
@@ -351,7 +388,7 @@ class LLM:
         except Exception as exc:
             self.gate.release(0.0)
             raise LLMFailed(f"LLM request failed: {exc}") from exc
-        stream = TokenStream(tokens, self.gate, deadline)
+        stream = TokenStream(tokens, self.gate, deadline, abandoned)
         stream.precheck_probability = probability
         return stream
 

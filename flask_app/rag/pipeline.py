@@ -338,8 +338,10 @@ def open_stream(
     question: Question,
     answer_tokens: int,
     precheck: Precheck | None = None,
+    abandoned: Callable[[], bool] | None = None,
 ) -> TokenStream:
-    """Wait for the model and start generating (raises LLMOverloaded/LLMTimeout)."""
+    """Wait for the model and start generating (raises LLMOverloaded/LLMTimeout,
+    LLMCancelled when `abandoned()` turns true while waiting)."""
     if llm is None:
         raise LLMNotConfigured()
     return llm.stream(
@@ -347,4 +349,5 @@ def open_stream(
         max_tokens=answer_tokens,
         temperature=question.temperature,
         precheck=precheck,
+        abandoned=abandoned,
     )

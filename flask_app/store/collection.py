@@ -139,8 +139,9 @@ WAL_TRUNCATE_BYTES = 8 << 20
 class Collection:
     """One collection; thread-safe."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, search_threads: int | None = None) -> None:
         self.path = path
+        self._search_threads = search_threads
         path.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._lock = RWLock()
@@ -214,6 +215,12 @@ class Collection:
         return {k: json.loads(v) for k, v in rows}
 
     def _open_index(self, dim: int) -> simcore.Index:
+        index = self._open_or_create_index(dim)
+        if self._search_threads is not None:
+            index.threads = self._search_threads
+        return index
+
+    def _open_or_create_index(self, dim: int) -> simcore.Index:
         """The collection's index; created when a crash came before its first
         commit (every stored item is then in a redo record, replayed next)."""
         if (self._index_path / "CURRENT").exists():
@@ -409,11 +416,7 @@ class Collection:
                 f"vector dimension {dim} does not match the store's dimension {s['dimension']} "
                 "(clear the store to change it)"
             )
-        if (
-            mode == "text"
-            and embedding_model
-            and s.get("embedding_model") not in (None, embedding_model)
-        ):
+        if embedding_model and s.get("embedding_model") not in (None, embedding_model):
             raise ConflictError(
                 f"embedding_model {embedding_model!r} does not match the store's "
                 f"{s['embedding_model']!r} (clear the store to change it)"

@@ -27,8 +27,9 @@ class Store:
     EDGE_NAMESPACE = "_edge"
     EDGE_COLLECTION = "store"
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, search_threads: int | None = None) -> None:
         self.data_dir = data_dir
+        self.search_threads = search_threads
         data_dir.mkdir(parents=True, exist_ok=True)
         fd = _lock_exclusively(data_dir / ".lock")
         # released by close(), or when the store is garbage-collected
@@ -60,7 +61,9 @@ class Store:
             key = (namespace, name)
             if key not in self._collections:
                 try:
-                    self._collections[key] = Collection(self.data_dir / namespace / name)
+                    self._collections[key] = Collection(
+                        self.data_dir / namespace / name, search_threads=self.search_threads
+                    )
                 except CollectionUnavailable as exc:
                     self._failures[key] = exc.reason
                     raise

@@ -14,6 +14,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from flask_app import rag
+from flask_app.api.http.disconnect import client_gone_probe
 from flask_app.api.http.extensions import services_of, settings_of
 from flask_app.api.http.json_body import json_object, validate
 from flask_app.api.http.sse import sse
@@ -81,7 +82,9 @@ def _open(question: rag.Question, sources: list[rag.Source], prompt: rag.Prompt)
     precheck = rag.answer_precheck(
         llm, question, sources, settings.answer_check, settings.context_tokens
     )
-    return rag.open_stream(llm, prompt, question, settings.max_tokens, precheck)
+    return rag.open_stream(
+        llm, prompt, question, settings.max_tokens, precheck, abandoned=client_gone_probe()
+    )
 
 
 @blueprint.post("/answer")
@@ -165,8 +168,13 @@ def answer_stream() -> ResponseReturnValue:
             },
         )
 
-    return Response(
+    response = Response(
         events(),
         mimetype="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+    if tokens is not None:
+        # the model is held from here: a response closed before the generator
+        # ever ran (client gone before the first read) must still release it
+        response.call_on_close(tokens.close)
+    return response

@@ -8,7 +8,9 @@ from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from flask_app.api.http.json_body import BadRequest
-from flask_app.inference.llm import LLMFailed, LLMOverloaded, LLMTimeout
+from flask_app.api.http.messages import capped
+from flask_app.inference.embed import EmbedderBusy
+from flask_app.inference.llm import LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
 from flask_app.rag import RagError
 from flask_app.store import CapacityError, StoreError
 
@@ -18,7 +20,7 @@ _log = logging.getLogger("edgerag")
 def _json(status: int, message: str) -> tuple[Response, int]:
     # moorcheh-edge uses "failure" for conflicts with the store, "error" otherwise
     word = "failure" if status == 409 else "error"
-    return jsonify(status=word, message=message), status
+    return jsonify(status=word, message=capped(message)), status
 
 
 def register(app: Flask) -> None:
@@ -42,7 +44,7 @@ def register(app: Flask) -> None:
         # Exact body moorcheh-edge clients check (`is_item_limit_exceeded`).
         return jsonify(
             status="failure",
-            message=str(exc),
+            message=capped(str(exc)),
             items=exc.current,
             max_items=exc.max_items,
             requested_new=exc.requested_new,
@@ -68,5 +70,17 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(LLMFailed)
     def failed(exc: LLMFailed) -> tuple[Response, int]:
-        _log.warning("%s", exc)
-        return _json(400, "LLM request failed")
+        # the model broke, not the request: a server error (moorcheh-edge said 400
+        # because its LLM was a remote Ollama; the message is kept for its clients)
+        _log.error("%s", exc)
+        return _json(500, "LLM request failed")
+
+    @app.errorhandler(LLMCancelled)
+    def cancelled(exc: LLMCancelled) -> tuple[Response, int]:
+        return _json(499, str(exc))  # nobody reads it: the client is gone
+
+    @app.errorhandler(EmbedderBusy)
+    def embedder_busy(exc: EmbedderBusy) -> tuple[Response, int]:
+        response, status = _json(503, str(exc))
+        response.headers["Retry-After"] = "1"
+        return response, status

@@ -154,7 +154,7 @@ def _upload(
         [item.content() for item in items],
         [item.metadata for item in items],
         mode=mode,
-        embedding_model=model if mode == "text" else None,
+        embedding_model=model,
         max_items=_max_items(),
     )
     return jsonify(status="success", total=total)

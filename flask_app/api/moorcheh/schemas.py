@@ -29,7 +29,7 @@ class UploadItem(_Body):
 
 class Upload(_Body):
     store_mode: Literal["text", "vector"]
-    embedding_model: StrictStr | None = None
+    embedding_model: StrictStr | None = Field(default=None, max_length=200)
     items: list[UploadItem] = Field(min_length=1)
 
 

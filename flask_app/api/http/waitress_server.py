@@ -1,0 +1,120 @@
+"""The production server: waitress with the app's admission rules in its
+request parser, JSON error bodies, and client-disconnect detection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask
+from waitress.channel import HTTPChannel
+from waitress.parser import HTTPRequestParser
+from waitress.server import create_server
+from waitress.utilities import Error, RequestEntityTooLarge
+
+from flask_app.api.http.admission import BodyRule, body_rule, refusal, too_large
+from flask_app.api.http.json_body import BadRequest
+
+
+class RenderedError(Error):
+    """An error response the Flask app rendered (its surface's JSON shape)."""
+
+    def __init__(self, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
+        super().__init__(body.decode("utf-8", errors="replace"))
+        self.status = status
+        self.headers = headers
+        self.rendered = body
+        self.code = int(status.split()[0])
+
+    def to_response(  # type: ignore[override]  # waitress encodes str bodies; ours is bytes
+        self, ident: str | None = None
+    ) -> tuple[str, list[tuple[str, str]], bytes]:
+        headers = [(k, v) for k, v in self.headers if k.lower() != "content-length"]
+        return self.status, headers, self.rendered
+
+
+def render(app: Flask, method: str, path: str, error: BadRequest) -> RenderedError:
+    """`error` as the app's handlers render it for `method path`."""
+    with app.test_request_context(path, method=method):
+        response = app.make_response(app.handle_user_exception(error))
+        return RenderedError(response.status, list(response.headers.items()), response.get_data())
+
+
+def parser_for(app: Flask) -> type[HTTPRequestParser]:
+    class AdmittingParser(HTTPRequestParser):
+        """Checks the body rule once the headers are in, and the received size
+        of a chunked body as it arrives; waitress' own errors become JSON."""
+
+        rule: BodyRule | None = None
+        checked = False
+
+        def received(self, data: bytes) -> int:
+            consumed: int = super().received(data)
+            if self.error is not None:
+                if isinstance(self.error, RequestEntityTooLarge):  # waitress' backstop
+                    rule = self.rule or body_rule(app, *self._target())
+                    if rule is not None:
+                        self._refuse(too_large(rule))
+                        return consumed
+                if not isinstance(self.error, RenderedError):
+                    self._refuse(BadRequest(str(self.error.body), self.error.code))
+                return consumed
+            if self.headers_finished and not self.checked:
+                self.checked = True
+                self.rule = body_rule(app, *self._target())
+                length = self.headers.get("CONTENT_LENGTH")
+                declared = int(length) if length and length.isdigit() else None
+                refused = refusal(
+                    self.rule, self.headers.get("CONTENT_TYPE"), declared, self.chunked
+                )
+                if refused is not None:
+                    self._refuse(refused)
+            elif (
+                self.rule is not None
+                and self.rule.max_bytes
+                and self.body_bytes_received > self.rule.max_bytes
+            ):
+                self._refuse(too_large(self.rule))
+            return consumed
+
+        def _target(self) -> tuple[str, str]:
+            """(method, path) as parsed; defaults while the header is unparsed."""
+            method = getattr(self, "command", None) or "GET"
+            path = getattr(self, "path", None) or "/"
+            return str(method), str(path)
+
+        def _refuse(self, error: BadRequest) -> None:
+            self.error = render(app, *self._target(), error)
+            self.completed = True
+
+    return AdmittingParser
+
+
+def make_server(
+    app: Flask, *, host: str, port: int, threads: int, channel_timeout: float = 150.0
+) -> Any:
+    """A waitress server for `app`, bound and ready to `run()`."""
+    limit = int(app.config.get("MAX_CONTENT_LENGTH") or 0)
+
+    class Channel(HTTPChannel):
+        parser_class = parser_for(app)
+
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "threads": threads,
+        "ident": "edgerag",
+        "channel_timeout": channel_timeout,
+        # keeps the channel reading while a request runs, so a client that
+        # leaves is noticed (`waitress.client_disconnected`) and its LLM work stops
+        "channel_request_lookahead": 1,
+    }
+    if limit:
+        options["max_request_body_size"] = limit + 1  # the app's rules refuse first
+    server = create_server(app, **options)
+    server.channel_class = Channel  # type: ignore[union-attr]  # one host: never multi-socket
+    return server
+
+
+def serve(app: Flask, *, host: str, port: int, threads: int, channel_timeout: float) -> None:
+    """Serve until interrupted."""
+    make_server(app, host=host, port=port, threads=threads, channel_timeout=channel_timeout).run()
