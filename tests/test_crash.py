@@ -22,7 +22,8 @@ import requests
 from tests.http_client import start_server
 
 DIM = 128
-ROUNDS = 4
+# CI runs 4 rounds; the README figure: EDGERAG_CRASH_ROUNDS=20 pytest tests/test_crash.py
+ROUNDS = int(os.environ.get("EDGERAG_CRASH_ROUNDS", "4"))
 WRITERS = 3
 BATCH = 25
 
