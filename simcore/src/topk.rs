@@ -131,7 +131,10 @@ mod tests {
 
     #[test]
     fn nan_scores_never_rank() {
-        assert_eq!(run(&[f32::NAN, 0.2, f32::NAN, 0.1], 3), vec![(1, 0.2), (3, 0.1)]);
+        assert_eq!(
+            run(&[f32::NAN, 0.2, f32::NAN, 0.1], 3),
+            vec![(1, 0.2), (3, 0.1)]
+        );
     }
 
     #[test]
