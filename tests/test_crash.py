@@ -1,5 +1,6 @@
-"""Durability: kill -9 the real server during concurrent uploads, restart it,
-and check that every acknowledged write is there, whole, and that no batch is
+"""Durability: kill -9 the real server during concurrent uploads, replacements
+and deletes, restart it, and check that every acknowledged write is there,
+whole, that every acknowledged delete stays deleted, and that no batch is
 half-visible. Several rounds; every loop is bounded in count and time."""
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class Ledger:
 
     acked: dict[str, int] = field(default_factory=dict)
     unacked_batches: list[dict[str, int]] = field(default_factory=list)
+    deleted: set[str] = field(default_factory=set)  # acknowledged deletes (never re-added)
+    unacked_deletes: list[list[str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -68,6 +71,22 @@ def writer(base: str, ledger: Ledger, writer_id: int, round_no: int, stop: threa
         n += 1
         with ledger.lock:  # each writer replaces only its own items: one writer per id
             known = [i for i in ledger.acked if f"-w{writer_id}-" in i]
+        if len(known) > 5 and rng.random() < 0.2:  # delete a few acknowledged items
+            doomed = rng.sample(known, 5)
+            try:
+                r = session.delete(base + "/items", json={"ids": doomed}, timeout=10)
+            except requests.RequestException:
+                with ledger.lock:
+                    ledger.unacked_deletes.append(doomed)
+                return
+            with ledger.lock:
+                if r.status_code == 200:
+                    for i in doomed:
+                        ledger.acked.pop(i, None)
+                    ledger.deleted.update(doomed)
+                else:
+                    ledger.unacked_deletes.append(doomed)
+            continue
         batch: dict[str, int] = {}
         for j in range(BATCH):
             if known and rng.random() < 0.3:  # replace an acknowledged item
@@ -128,9 +147,17 @@ def test_acknowledged_writes_survive_kill_9(tmp_path: Path) -> None:
             # every acknowledged write is there, at its acknowledged version or a
             # later one that was in flight when the server died
             in_flight = {i: v for b in ledger.unacked_batches for i, v in b.items()}
+            deleting = {i for batch in ledger.unacked_deletes for i in batch}
             for item_id, version in ledger.acked.items():
+                if item_id in deleting and item_id not in stored:
+                    continue  # its delete was in flight when the server died
                 assert item_id in stored, f"round {round_no}: acknowledged {item_id} lost"
                 assert stored[item_id] in (version, in_flight.get(item_id)), item_id
+            back = ledger.deleted & stored.keys()
+            assert not back, f"round {round_no}: acknowledged deletes came back: {sorted(back)[:3]}"
+            for doomed in ledger.unacked_deletes:
+                present = [i in stored for i in doomed]
+                assert all(present) or not any(present), f"round {round_no}: half a delete"
             # an unacknowledged batch is visible entirely or not at all
             for batch in ledger.unacked_batches:
                 visible = [
@@ -149,10 +176,13 @@ def test_acknowledged_writes_survive_kill_9(tmp_path: Path) -> None:
                 ).json()["results"][0]
                 assert hit["id"] == item_id and hit["score"] >= 0.9999, (item_id, hit)
             print(
-                f"round {round_no}: {len(ledger.acked)} acked, "
-                f"{len(ledger.unacked_batches)} batches in flight, {len(stored)} stored"
+                f"round {round_no}: {len(ledger.acked)} acked, {len(ledger.deleted)} deleted, "
+                f"{len(ledger.unacked_batches)} batches and {len(ledger.unacked_deletes)} "
+                f"deletes in flight, {len(stored)} stored"
             )
             # adopt what survived as the new truth for the next round
             ledger.acked = dict(stored)
             ledger.unacked_batches.clear()
+            ledger.deleted |= {i for batch in ledger.unacked_deletes for i in batch} - stored.keys()
+            ledger.unacked_deletes.clear()
     assert len(ledger.acked) > 0

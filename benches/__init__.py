@@ -1,0 +1,1 @@
+"""Benchmarks and load runs (see the README for each command)."""
