@@ -19,7 +19,7 @@ pytestmark = pytest.mark.real_model
 
 # The evaluation set's passages (benches/eval): realistic, and the answers
 # below are among those the evaluation reports as correct.
-DOCS = json.loads((Path(__file__).parents[1] / "benches/eval/documents.json").read_text())[
+DOCS = json.loads((Path(__file__).parents[1] / "benches/eval/own/documents.json").read_text())[
     "documents"
 ]
 

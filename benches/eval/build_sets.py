@@ -1,0 +1,95 @@
+"""Build the passages of the evaluation sets from text that ships on this
+machine and that nobody on the team wrote, chunked the way a user's upload
+script would chunk it (paragraphs merged up to ~1,000 characters, never
+trimmed around an answer):
+
+- `python-reference`: the Python reference topics "debugger" (pdb) and
+  "string-methods", from `pydoc_data.topics` (the interpreter's own help
+  text): option- and parameter-dense technical reference.
+- `maketext-article`: "Localization and Perl: gettext breaks, Maketext fixes"
+  (Sean M. Burke and Jordan Lachler, The Perl Journal #13, shipped by Debian's
+  perl-modules as Locale/Maketext/TPJ13.pod), rendered by `pod2text`:
+  narrative, explanatory prose.
+
+    .venv/bin/python benches/eval/build_sets.py
+
+writes benches/eval/<set>/documents.json. The questions of each set
+(benches/eval/<set>/questions.json) were written by reading these passages;
+each carries its split ("dev" or "test"), fixed before any tuning.
+"""
+
+from __future__ import annotations
+
+import json
+import pydoc_data.topics
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+MAX_CHARS = 1000
+TPJ13 = Path("/usr/share/perl/5.36.0/Locale/Maketext/TPJ13.pod")
+
+
+def paragraphs(text: str) -> list[str]:
+    out = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = [line.strip() for line in block.strip().splitlines()]
+        joined = " ".join(line for line in lines if line)
+        if joined:
+            out.append(joined)
+    return out
+
+
+def chunk(text: str, max_chars: int = MAX_CHARS) -> list[str]:
+    """Whole paragraphs merged while they fit; a longer paragraph is its own chunk."""
+    chunks: list[str] = []
+    current = ""
+    for para in paragraphs(text):
+        if current and len(current) + 2 + len(para) > max_chars:
+            chunks.append(current)
+            current = ""
+        current = f"{current}\n\n{para}" if current else para
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def documents(sources: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for source, text in sources:
+        for n, passage in enumerate(chunk(text)):
+            docs.append(
+                {"id": f"{source}-{n:03d}", "text": passage, "metadata": {"source": source}}
+            )
+    return docs
+
+
+def pod_text(path: Path) -> str:
+    """The POD rendered as plain text, as `pod2text --utf8` prints it."""
+    rendered = subprocess.run(["pod2text", "--utf8", str(path)], check=True, capture_output=True)
+    return rendered.stdout.decode("utf-8", errors="replace")
+
+
+def main() -> None:
+    topics = pydoc_data.topics.topics
+    sets = {
+        "python-reference": [
+            ("pdb", topics["debugger"]),
+            ("str-methods", topics["string-methods"]),
+        ],
+        "maketext-article": [
+            ("tpj13", pod_text(TPJ13)),
+        ],
+    }
+    for name, sources in sets.items():
+        out = HERE / name / "documents.json"
+        out.parent.mkdir(exist_ok=True)
+        docs = documents(sources)
+        out.write_text(json.dumps({"documents": docs}, indent=1, ensure_ascii=False) + "\n")
+        print(f"{name}: {len(docs)} passages -> {out}")
+
+
+if __name__ == "__main__":
+    main()
