@@ -1,7 +1,7 @@
 """Build the passages of the evaluation sets from text that ships on this
 machine and that nobody on the team wrote, chunked the way a user's upload
-script would chunk it (paragraphs merged up to ~1,000 characters, never
-trimmed around an answer):
+script would chunk it (paragraphs merged up to ~700 characters, a longer
+paragraph cut at sentence ends; never trimmed around an answer):
 
 - `python-reference`: the Python reference topics "debugger" (pdb) and
   "string-methods", from `pydoc_data.topics` (the interpreter's own help
@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
-MAX_CHARS = 1000
+# ~700 characters keeps even code-dense passages within the embedder's 512 tokens.
+MAX_CHARS = 700
 TPJ13 = Path("/usr/share/perl/5.36.0/Locale/Maketext/TPJ13.pod")
 
 
@@ -42,11 +43,41 @@ def paragraphs(text: str) -> list[str]:
     return out
 
 
+def pieces(para: str, max_chars: int) -> list[str]:
+    """A paragraph, cut at sentence ends into parts of at most `max_chars` when longer."""
+    if len(para) <= max_chars:
+        return [para]
+    out: list[str] = []
+    current = ""
+    for sentence in re.split(r"(?<=[.!?:])\s+", para):
+        if current and len(current) + 1 + len(sentence) > max_chars:
+            out.append(current)
+            current = ""
+        current = f"{current} {sentence}" if current else sentence
+    if current:
+        out.append(current)
+    return [part for piece in out for part in wrap(piece, max_chars)]
+
+
+def wrap(text: str, max_chars: int) -> list[str]:
+    """Text with no sentence end to cut at (a table), cut between words."""
+    out: list[str] = []
+    current = ""
+    for word in text.split(" "):
+        if current and len(current) + 1 + len(word) > max_chars:
+            out.append(current)
+            current = ""
+        current = f"{current} {word}" if current else word
+    if current:
+        out.append(current)
+    return out
+
+
 def chunk(text: str, max_chars: int = MAX_CHARS) -> list[str]:
-    """Whole paragraphs merged while they fit; a longer paragraph is its own chunk."""
+    """Whole paragraphs merged while they fit; a longer paragraph is cut at sentence ends."""
     chunks: list[str] = []
     current = ""
-    for para in paragraphs(text):
+    for para in (p for whole in paragraphs(text) for p in pieces(whole, max_chars)):
         if current and len(current) + 2 + len(para) > max_chars:
             chunks.append(current)
             current = ""
