@@ -69,9 +69,9 @@ def normalise(text: str) -> str:
 def mentions(text: str, spellings: list[str]) -> bool:
     """Some spelling appears in `text` as a whole token (so "ll" is not found in "all")."""
     text = normalise(text)
-    return any(
-        re.search(rf"(?<![a-z0-9]){re.escape(s)}(?![a-z0-9])", text) is not None for s in spellings
-    )
+    # a plural or third-person ending still counts ("monday" in "Mondays")
+    pattern = r"(?<![a-z0-9]){}(?:s|es)?(?![a-z0-9])"
+    return any(re.search(pattern.format(re.escape(s)), text) is not None for s in spellings)
 
 
 def is_refusal(answer: str) -> bool:
@@ -82,20 +82,22 @@ def ask(client: Any, question: str) -> dict[str, Any]:
     start = time.perf_counter()
     response = client.post("/answer/stream", json={"query": question}, buffered=False)
     first = None
-    answer, sources = "", []
+    answer, sources, done = "", [], {}
     for event, data in parse_sse(response.response):
         if event == "meta":
             sources = [s["text"] for s in data["sources"]]
         elif event == "token" and first is None:
             first = time.perf_counter()
         elif event == "done":
-            answer = data["answer"]
+            answer, done = data["answer"], data
         elif event == "error":
             raise SystemExit(f"error event: {data}")
     end = time.perf_counter()
     return {
         "answer": answer,
         "sources": sources,
+        "evidence_score": done.get("evidence_score"),
+        "refusal_probability": done.get("refusal_probability"),
         "ttft_s": round((first or end) - start, 3),
         "total_s": round(end - start, 3),
     }
@@ -153,6 +155,8 @@ def run_set(name: str, splits: set[str], limit: int | None, quiet: bool) -> list
                 "correct": correct,
                 "recalled": recalled,
                 "fixed_sentence": got["answer"].strip() == NO_CONTEXT_ANSWER,
+                "evidence_score": got["evidence_score"],
+                "refusal_probability": got["refusal_probability"],
                 "ttft_s": got["ttft_s"],
                 "total_s": got["total_s"],
             }
@@ -184,7 +188,8 @@ def main() -> None:
     settings = Settings.load({}, os.environ)
     report = {
         "settings": {
-            "answer_check": settings.answer_check,
+            "answer_min_evidence": settings.answer_min_evidence,
+            "answer_refusal_probability": settings.answer_refusal_probability,
             "answer_min_score": settings.answer_min_score,
             "context_tokens": settings.context_tokens,
             "quant": settings.quant,

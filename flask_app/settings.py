@@ -96,13 +96,21 @@ class Settings:
     )
     max_tokens: int = field(default=256, metadata=_help("most tokens one answer may generate"))
     answer_min_score: float = field(
-        default=0.5,
+        default=0.0,
         metadata=_help("passages scoring below this (0-1) are not sent to the LLM; 0 sends all"),
     )
-    answer_check: float = field(
-        default=0.38,
+    answer_min_evidence: float = field(
+        default=0.4,
         metadata=_help(
-            "refuse when the model's P(yes) that the best passage answers is below this; 0 = off"
+            "refuse without asking the LLM when no sentence of the retrieved passages holds "
+            "this share (0-1, rarity-weighted) of the question's content words; 0 = off"
+        ),
+    )
+    answer_refusal_probability: float = field(
+        default=0.05,
+        metadata=_help(
+            "refuse when the LLM's first-token probability of starting a refusal exceeds "
+            "this (0-1); 1 = off"
         ),
     )
     context_tokens: int = field(
@@ -142,7 +150,11 @@ class Settings:
             (self.max_items >= 0, "max_items must be >= 0"),
             (self.context_tokens >= 16, "context_tokens must be >= 16"),
             (0.0 <= self.answer_min_score <= 1.0, "answer_min_score must be 0..1"),
-            (0.0 <= self.answer_check < 1.0, "answer_check must be in [0, 1)"),
+            (0.0 <= self.answer_min_evidence <= 1.0, "answer_min_evidence must be 0..1"),
+            (
+                0.0 <= self.answer_refusal_probability <= 1.0,
+                "answer_refusal_probability must be 0..1",
+            ),
             (self.max_body_mb > 0, "max_body_mb must be > 0"),
             (self.score_mapping in ("clip", "shift"), "score_mapping must be clip or shift"),
         ]

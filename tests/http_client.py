@@ -125,6 +125,8 @@ def serve_in_thread(app: Flask, threads: int = 4) -> Iterator[str]:
         server.close()
         server.task_dispatcher.shutdown(timeout=2)
         thread.join(2)
+        for channel in list(server._map.values()):  # connections still open (clients that left)
+            channel.close()
 
 
 class ServerFailed(RuntimeError):

@@ -95,12 +95,49 @@ def test_no_context_means_the_fixed_answer_and_no_llm_call(tmp_path: Path) -> No
         "query": "anything",
         "context_count": 0,
         "sources": [],
+        "evidence_score": 0.0,
+        "refusal_probability": None,
     }
-    assert backend.prompts == [] and backend.checks == []
+    assert backend.prompts == []
     client.delete("/store")
     r = client.post("/answer", json={"query": "anything", "query_vector": unit(1)})
     assert r.get_json()["answer"] == NO_CONTEXT_ANSWER
     assert backend.prompts == []
+
+
+def test_weak_evidence_is_refused_without_the_model(tmp_path: Path) -> None:
+    """No sentence holds enough of the question: the fixed sentence, no LLM call."""
+    backend = ScriptedBackend("Invented.")
+    client = build(tmp_path, backend).test_client()
+    r = client.post("/answer", json={"query": "Who designed the Harlow Bridge tower lights?"})
+    body = r.get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER and body["evidence_score"] < 0.4
+    assert backend.prompts == []
+
+
+def test_a_likely_refusal_at_the_first_token_becomes_the_fixed_sentence(tmp_path: Path) -> None:
+    backend = ScriptedBackend("It opened in 1998.", refusal_probability=0.3)
+    client = build(tmp_path, backend).test_client()
+    body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER and body["refusal_probability"] == 0.3
+    assert body["sources"] == [] and len(backend.prompts) == 1
+    backend.refusal_probability = 0.01
+    body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
+    assert body["answer"] == "It opened in 1998." and body["sources"][0]["id"] == "bridge"
+
+
+def test_an_answer_that_restates_the_question_gets_the_evidence_quoted(tmp_path: Path) -> None:
+    backend = ScriptedBackend("The Harlow Bridge opened.")
+    client = build(tmp_path, backend).test_client()
+    body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
+    assert body["answer"] == (
+        'The Harlow Bridge opened. The documents say: "The Harlow Bridge opened in 1998. '
+        'It is 412 metres long."'
+    )
+    stream = client.post("/answer/stream", json={"query": "When did the Harlow Bridge open?"})
+    deltas = [d["delta"] for e, d in events_of(stream.data) if e == "token"]
+    done = events_of(stream.data)[-1][1]
+    assert "".join(deltas) == done["answer"] == body["answer"]
 
 
 def test_relevance_floor_counts_as_no_context(tmp_path: Path) -> None:
@@ -184,6 +221,8 @@ def test_stream_without_context_sends_the_fixed_sentence(tmp_path: Path) -> None
                 "model": "scripted-fake",
                 "context_count": 0,
                 "sources": [],
+                "evidence_score": 0.0,
+                "refusal_probability": None,
             },
         ),
     ]
@@ -254,7 +293,7 @@ def test_concurrent_answers_queue_in_order_and_overflow_gets_503(
     start = time.perf_counter()
 
     def ask(i: int) -> None:
-        r = requests.post(base + "/answer", json={"query": f"bridge? {i}"}, timeout=60)
+        r = requests.post(base + "/answer", json={"query": "When did the bridge open?"}, timeout=60)
         results[i] = (r.status_code, time.perf_counter() - start)
         if r.status_code == 503:
             assert int(r.headers["Retry-After"]) >= 1

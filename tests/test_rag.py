@@ -107,47 +107,6 @@ def test_clean_stream_strips_only_leading_whitespace() -> None:
     assert list(rag.clean_stream(iter(["  ", " The", " end", " "]))) == ["The", " end", " "]
 
 
-def test_precheck_below_threshold_returns_the_fixed_sentence_without_generating() -> None:
-    backend = ScriptedBackend("Invented answer.", yes=0.2)
-    llm = LLM(backend)
-    sources = [source("The bridge opened in 1998.")]
-    q = rag.Question(query="Who designed the bridge?")
-    prompt = rag.build_prompt(llm, q, sources, answer_tokens=50, context_tokens=200)
-    check = rag.answer_precheck(llm, q, sources, 0.38, 200)
-    with rag.open_stream(llm, prompt, q, 50, check) as tokens:
-        assert "".join(tokens) == prompts.NO_CONTEXT_ANSWER
-        assert tokens.precheck_probability == 0.2
-    assert backend.prompts == []  # nothing generated
-    assert "Who designed the bridge?" in backend.checks[0]
-    assert "The bridge opened in 1998." in backend.checks[0]
-
-
-def test_precheck_above_threshold_generates() -> None:
-    backend = ScriptedBackend("It opened in 1998.", yes=0.9)
-    llm = LLM(backend)
-    sources = [source("The bridge opened in 1998.")]
-    q = rag.Question(query="When did the bridge open?")
-    prompt = rag.build_prompt(llm, q, sources, answer_tokens=50, context_tokens=200)
-    with rag.open_stream(
-        llm, prompt, q, 50, rag.answer_precheck(llm, q, sources, 0.38, 200)
-    ) as tokens:
-        assert "".join(tokens) == "It opened in 1998."
-    assert rag.answer_precheck(llm, q, sources, 0.0, 200) is None  # 0 disables the check
-
-
-def test_precheck_of_a_passage_longer_than_the_window_fits_the_window() -> None:
-    """A passage longer than the context made every question whose top hit it
-    was fail with "LLM request failed"."""
-    backend = ScriptedBackend("ok", n_ctx=300)
-    llm = LLM(backend)
-    long_text = " ".join(f"Sentence number {i} says nothing useful." for i in range(400))
-    q = rag.Question(query="What does sentence 3 say?")
-    check = rag.answer_precheck(llm, q, [source(long_text)], 0.38, 1024)
-    assert check is not None
-    assert llm.count_chat_tokens(check.messages) < 300
-    assert "Sentence number 0" in check.messages[1]["content"]
-
-
 def test_history_trimming_costs_the_window_not_the_history() -> None:
     """2 MB of chat history used to be re-tokenized once per dropped exchange
     (34 s of CPU before queueing); now only the turns that can fit are counted."""

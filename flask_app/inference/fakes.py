@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from flask_app.inference.embed import Vectors, check_lengths, normalise
-from flask_app.inference.llm import ChatMessage
+from flask_app.inference.llm import ChatMessage, FirstTokenProbe
 
 
 class ScriptedBackend:
@@ -30,11 +30,10 @@ class ScriptedBackend:
         fail_after: int | None = None,
         model_id: str = "scripted-fake",
         n_ctx: int = 4096,
-        yes: float = 1.0,
+        refusal_probability: float = 0.0,
     ) -> None:
         self._reply = reply
-        self.yes = yes  # what yes_probability answers
-        self.checks: list[str] = []
+        self.refusal_probability = refusal_probability  # what a first-token probe reads
         self.token_delay = token_delay
         self.fail_after = fail_after
         self._model_id = model_id
@@ -50,18 +49,18 @@ class ScriptedBackend:
     def n_ctx(self) -> int:
         return self._n_ctx
 
-    def yes_probability(self, prompt: str) -> float:
-        self.checks.append(prompt)
-        return self.yes
-
     def count_tokens(self, text: str) -> int:
         return len(text.split())
 
     def render(self, messages: Sequence[ChatMessage]) -> str:
         return "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages) + "<|assistant|>\n"
 
-    def generate(self, prompt: str, *, max_tokens: int, temperature: float) -> Iterator[str]:
+    def generate(
+        self, prompt: str, *, max_tokens: int, temperature: float, probe: FirstTokenProbe | None
+    ) -> Iterator[str]:
         self.prompts.append(prompt)
+        if probe is not None:
+            probe.probability = self.refusal_probability
         reply = self._reply(prompt) if callable(self._reply) else self._reply
         pieces = [p for p in reply.replace(" ", "\0 ").split("\0") if p][:max_tokens]
         finished = False

@@ -77,23 +77,24 @@ class Backend(Protocol):
         """The prompt text the chat template makes of `messages`."""
         ...
 
-    def generate(self, prompt: str, *, max_tokens: int, temperature: float) -> Iterator[str]:
-        """Text deltas for `prompt`; closing the iterator stops generation."""
+    def generate(
+        self, prompt: str, *, max_tokens: int, temperature: float, probe: FirstTokenProbe | None
+    ) -> Iterator[str]:
+        """Text deltas for `prompt`; closing the iterator stops generation. With
+        a `probe`, sets `probe.probability` from the first step's distribution
+        before the first delta is yielded."""
         ...
 
-    def yes_probability(self, prompt: str) -> float:
-        """P(yes) / (P(yes) + P(no)) for the first token after `prompt`."""
-        ...
 
+@dataclass
+class FirstTokenProbe:
+    """How likely the answer was to start with one of `starts` (e.g. the first
+    word of a refusal), read from the distribution the first token was drawn
+    from: a signal about the answer that costs no extra prompt, so the
+    system prompt stays in the KV cache."""
 
-@dataclass(frozen=True)
-class Precheck:
-    """A yes/no question asked before generating: when the model's probability
-    of "yes" is below `threshold`, the stream yields `fallback` instead."""
-
-    messages: Sequence[ChatMessage]
-    threshold: float
-    fallback: str
+    starts: Sequence[str]
+    probability: float | None = None
 
 
 class LlamaBackend:
@@ -137,32 +138,10 @@ class LlamaBackend:
         self._model_id = model_id or model_id_from_metadata(metadata, path)
         self.path = path
 
-        def first_token(word: str) -> int:
-            return int(self._llama.tokenize(word.encode(), add_bos=False, special=False)[0])
-
-        self._yes = [first_token(w) for w in ("yes", "Yes", "YES")]
-        self._no = [first_token(w) for w in ("no", "No", "NO")]
-
-    def yes_probability(self, prompt: str) -> float:
-        import numpy as np
-        from llama_cpp import LogitsProcessorList
-
-        first: list[float] = []
-
-        def read_first_logits(_ids: Any, logits: Any) -> Any:
-            if not first:
-                z = np.exp(logits - logits.max())
-                yes, no = float(z[self._yes].sum()), float(z[self._no].sum())
-                first.append(yes / (yes + no) if yes + no > 0 else 0.0)
-            return logits
-
-        self._llama.create_completion(
-            prompt,
-            max_tokens=1,
-            temperature=0.0,
-            logits_processor=LogitsProcessorList([read_first_logits]),
+    def _first_tokens(self, words: Sequence[str]) -> list[int]:
+        return sorted(
+            {int(self._llama.tokenize(w.encode(), add_bos=False, special=False)[0]) for w in words}
         )
-        return first[0] if first else 0.0
 
     @property
     def model_id(self) -> str:
@@ -179,13 +158,33 @@ class LlamaBackend:
         rendered = self._formatter(messages=list(messages))  # type: ignore[arg-type]
         return str(rendered.prompt)
 
-    def generate(self, prompt: str, *, max_tokens: int, temperature: float) -> Iterator[str]:
+    def generate(
+        self, prompt: str, *, max_tokens: int, temperature: float, probe: FirstTokenProbe | None
+    ) -> Iterator[str]:
         # llama-cpp-python reuses the KV cache for the longest prefix shared with
         # the previous prompt, so a stable system prompt is evaluated only once.
+        processors = None
+        if probe is not None:
+            import numpy as np
+            from llama_cpp import LogitsProcessorList
+
+            ids = self._first_tokens(probe.starts)
+
+            def read_first_step(_ids: Any, logits: Any) -> Any:
+                if probe.probability is None:
+                    z = np.exp(logits - logits.max())
+                    probe.probability = float(z[ids].sum() / z.sum())
+                return logits
+
+            processors = LogitsProcessorList([read_first_step])
         chunks = cast(
             Iterator[Any],
             self._llama.create_completion(
-                prompt, max_tokens=max_tokens, temperature=temperature, stream=True
+                prompt,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                stream=True,
+                logits_processor=processors,
             ),
         )
         try:
@@ -268,7 +267,6 @@ class TokenStream:
         self._started = time.monotonic()
         self._open = True
         self._cancelled = threading.Event()
-        self.precheck_probability: float | None = None  # P(yes) of the precheck, if asked
         self.cancelled_because_client_left = False
 
     def __iter__(self) -> TokenStream:
@@ -356,13 +354,12 @@ class LLM:
         max_tokens: int = 256,
         temperature: float = 0.2,
         timeout: float | None = None,
-        precheck: Precheck | None = None,
+        probe: FirstTokenProbe | None = None,
         abandoned: Callable[[], bool] | None = None,
     ) -> TokenStream:
-        """Wait for the model (FIFO), then return its token stream.
+        """Wait for the model (FIFO), then return its token stream (see
+        `FirstTokenProbe` for `probe`).
 
-        A `precheck` is asked first, in the same turn on the model; below its
-        threshold the stream yields its fallback text instead of generating.
         Raises `LLMOverloaded` at once when the queue is full, `LLMTimeout`
         when the deadline passes before the model is free, and `LLMCancelled`
         when `abandoned()` turns true while waiting; a generation whose client
@@ -371,26 +368,14 @@ class LLM:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         prompt = self.backend.render(messages)
         self.gate.acquire(deadline, abandoned)
-        probability = None
         try:
-            if precheck is not None:
-                probability = self.backend.yes_probability(self.backend.render(precheck.messages))
-            if (
-                precheck is not None
-                and probability is not None
-                and probability < precheck.threshold
-            ):
-                tokens: Iterator[str] = iter([precheck.fallback])
-            else:
-                tokens = self.backend.generate(
-                    prompt, max_tokens=max_tokens, temperature=temperature
-                )
+            tokens = self.backend.generate(
+                prompt, max_tokens=max_tokens, temperature=temperature, probe=probe
+            )
         except Exception as exc:
             self.gate.release(0.0)
             raise LLMFailed(f"LLM request failed: {exc}") from exc
-        stream = TokenStream(tokens, self.gate, deadline, abandoned)
-        stream.precheck_probability = probability
-        return stream
+        return TokenStream(tokens, self.gate, deadline, abandoned)
 
     def chat(
         self,

@@ -1,6 +1,6 @@
-"""One RAG pipeline for every HTTP surface:
-
-    retrieve -> fit passages to a token budget -> prompt -> generate / stream
+"""The pipeline's building blocks: the question, query vectors, dense
+retrieval (for /search), fitting text to a token budget, prompt assembly and
+the cleaned token stream. `rag.answer` puts them together into grounded answers.
 
 Each step is a separate function so it can be tested alone. The core knows
 nothing about HTTP: it raises `RagError` subclasses that the surfaces map.
@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from flask_app.inference.embed import Embedder, EmbeddingError
-from flask_app.inference.llm import LLM, ChatMessage, Precheck, TokenStream
+from flask_app.inference.llm import LLM, ChatMessage
 from flask_app.rag import prompts, scores
 from flask_app.store import Collection, Hit
 
@@ -254,12 +254,14 @@ def build_prompt(
     question: Question,
     sources: Sequence[Source],
     *,
+    texts: Sequence[str] | None = None,
     answer_tokens: int,
     context_tokens: int,
 ) -> Prompt:
     """Fit as many passages as the budget allows: at most `context_tokens` of
     passage text, and never more than the window leaves after the prompts,
-    the history, the question and `answer_tokens` for the answer."""
+    the history, the question and `answer_tokens` for the answer. `texts`
+    (one per source) replaces the sources' whole text, e.g. their evidence."""
     count = llm.count_tokens
     history = recent_history(question.chat_history, llm.n_ctx - answer_tokens, count)
     trial = replace(question, chat_history=history)
@@ -275,7 +277,7 @@ def build_prompt(
             f"the prompts and question take {fixed} tokens; with {answer_tokens} for the answer "
             f"they do not fit the {llm.n_ctx}-token context window"
         )
-    all_texts = [s.hit.text for s in sources]
+    all_texts = list(texts) if texts is not None else [s.hit.text for s in sources]
     budget = min(room, context_tokens)
     for _ in range(4):
         texts = fit_passages(all_texts, budget, count)
@@ -303,51 +305,3 @@ def clean_stream(tokens: Iterator[str]) -> Iterator[str]:
                 continue
             started = True
         yield delta
-
-
-def answer_precheck(
-    llm: LLM, question: Question, sources: Sequence[Source], threshold: float, context_tokens: int
-) -> Precheck | None:
-    """Ask the model whether the best passage answers the question before it
-    generates; below `threshold` the answer is the fixed no-information sentence.
-    The passage is cut like the answer's passages so the check always fits."""
-    if threshold <= 0 or not sources:
-        return None
-
-    def messages_for(passage: str) -> list[ChatMessage]:
-        return [
-            {"role": "system", "content": prompts.CHECK_SYSTEM_PROMPT},
-            {"role": "user", "content": prompts.check_message(passage, question.query)},
-        ]
-
-    fixed = llm.count_chat_tokens(messages_for(""))
-    room = min(context_tokens, llm.n_ctx - fixed - 8)
-    if room < 16:
-        return None  # the question alone nearly fills the window: let the answer decide
-    passage = cut_to_tokens(sources[0].hit.text, room, llm.count_tokens)
-    messages = messages_for(passage)
-    while llm.count_chat_tokens(messages) >= llm.n_ctx and passage:
-        passage = cut_to_tokens(passage, max(1, llm.count_tokens(passage) - 32), llm.count_tokens)
-        messages = messages_for(passage)
-    return Precheck(messages, threshold, prompts.NO_CONTEXT_ANSWER)
-
-
-def open_stream(
-    llm: LLM | None,
-    prompt: Prompt,
-    question: Question,
-    answer_tokens: int,
-    precheck: Precheck | None = None,
-    abandoned: Callable[[], bool] | None = None,
-) -> TokenStream:
-    """Wait for the model and start generating (raises LLMOverloaded/LLMTimeout,
-    LLMCancelled when `abandoned()` turns true while waiting)."""
-    if llm is None:
-        raise LLMNotConfigured()
-    return llm.stream(
-        prompt.messages,
-        max_tokens=answer_tokens,
-        temperature=question.temperature,
-        precheck=precheck,
-        abandoned=abandoned,
-    )

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 NO_CONTEXT_ANSWER = "I don't have enough information to answer that question."
 
 DEFAULT_SYSTEM_PROMPT = (
-    "You answer questions using only the documents in the user's message. "
-    "Answer in one short sentence and copy names, numbers and dates exactly as the "
-    "documents write them. Do not use any knowledge that is not in the documents. "
-    "If the documents do not contain the answer, reply exactly: " + NO_CONTEXT_ANSWER
+    "You answer questions using only the text in the user's message. Answer in one "
+    "short sentence and copy the exact words of the text for names, commands, options, "
+    "numbers and dates. If the text does not contain the answer, reply exactly: "
+    + NO_CONTEXT_ANSWER
 )
 
 
@@ -34,16 +34,13 @@ def user_message(passages: Sequence[str], question: str, footer: str | None = No
     return "\n\n".join(parts)
 
 
-# The answerability check asked before generating (see rag.answer_precheck).
-# Measured on benches/eval: a separate short yes/no question about the best
-# passage separates answerable from unanswerable questions far better than the
-# model's own refusals (which it almost never gives when a passage is on topic).
-CHECK_SYSTEM_PROMPT = "You are a strict fact checker. Reply with one word: yes or no."
+# How a refusal starts: the first-token probability of these is the refusal
+# signal read from the answer's own generation (rag.answer).
+REFUSAL_STARTS = ("I", "Sorry")
 
 
-def check_message(passage: str, question: str) -> str:
-    return (
-        f"Text: {passage.strip()}\n\nQuestion: {question.strip()}\n\n"
-        "Can the question be answered using only the text above? A text about the same "
-        "thing that does not give the asked detail does not answer it."
-    )
+def quote_suffix(line: str, after_answer: bool) -> str:
+    """The best evidence line, quoted: appended to an answer that only restated
+    the question (or replaces an empty one)."""
+    quoted = f'The documents say: "{line.strip()}"'
+    return f" {quoted}" if after_answer else quoted

@@ -73,6 +73,13 @@ CREATE TABLE IF NOT EXISTS item_meta (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS item_meta_by_id ON item_meta (id);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT);
+-- Full-text index of the items' text (BM25 ranking for hybrid retrieval),
+-- written in the same transactions as the rows; `fts_rows` maps an item to
+-- its row there, so replacing or deleting one costs an index lookup.
+CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(
+    text, id UNINDEXED, tokenize = 'porter unicode61'
+);
+CREATE TABLE IF NOT EXISTS fts_rows (id TEXT PRIMARY KEY, fts_row INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pending (
     seq INTEGER PRIMARY KEY,
     op TEXT NOT NULL,
@@ -149,6 +156,8 @@ class Collection:
         self._needs_recovery = False
         self._db().executescript(_SCHEMA)
         self._settings = self._read_settings()
+        if self._settings.get("fts") is None:
+            self._backfill_text_index()
         self._index: simcore.Index | None = None
         if self._settings.get("dimension") is not None:
             self._index = self._open_index(int(self._settings["dimension"]))
@@ -209,6 +218,16 @@ class Collection:
             return
         if size > WAL_TRUNCATE_BYTES:
             self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def _backfill_text_index(self) -> None:
+        """Collections written before the text index existed get it once."""
+        with self._write() as db:
+            rows = db.execute("SELECT id, text FROM items").fetchall()
+            _index_text(db, [r[0] for r in rows], [r[1] for r in rows])
+            db.execute("INSERT OR REPLACE INTO settings VALUES ('fts', '1')")
+        if rows:
+            _log.info("%s: text index built for %d items", self.path, len(rows))
+        self._settings["fts"] = 1
 
     def _read_settings(self) -> dict[str, Any]:
         rows = self._db().execute("SELECT key, value FROM settings").fetchall()
@@ -374,8 +393,9 @@ class Collection:
                     "updated_at = excluded.updated_at",
                     rows,
                 )
-                # replaced items drop their old metadata
+                # replaced items drop their old metadata and text rows
                 db.executemany("DELETE FROM item_meta WHERE id = ?", [(i,) for i in replaced])
+                _index_text(db, ids, texts)
                 db.executemany(
                     "INSERT OR IGNORE INTO item_meta VALUES (?, ?, ?, ?)",
                     _meta_rows(ids, metadata),
@@ -436,6 +456,7 @@ class Collection:
                 with self._write() as db:
                     db.executemany("DELETE FROM items WHERE id = ?", [(i,) for i in found])
                     db.executemany("DELETE FROM item_meta WHERE id = ?", [(i,) for i in found])
+                    _drop_text(db, found)
                     db.execute("DELETE FROM pending")  # earlier records are applied
                     db.execute(
                         "INSERT INTO pending (op, ids) VALUES ('delete', ?)", (json.dumps(found),)
@@ -481,6 +502,51 @@ class Collection:
             for i, s in zip(ids, scores, strict=True)
             if i in rows
         ]
+
+    def lexical_search(
+        self,
+        words: Sequence[str],
+        k: int,
+        *,
+        metadata: Mapping[str, MetadataValue] | None = None,
+    ) -> list[tuple[str, float]]:
+        """Up to k (id, BM25 score) pairs for items whose text holds any of
+        `words` (porter-stemmed), best first; higher scores are better."""
+        if not words:
+            return []
+        match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        with self._reading():
+            allow = set(self.matching_ids(metadata)) if metadata else None
+            fetch = k if allow is None else k * 10
+            rows = (
+                self._db()
+                .execute(
+                    "SELECT id, -bm25(items_fts) FROM items_fts WHERE items_fts MATCH ? "
+                    "ORDER BY bm25(items_fts) LIMIT ?",
+                    (match, fetch),
+                )
+                .fetchall()
+            )
+        hits = [(i, float(score)) for i, score in rows if allow is None or i in allow]
+        return hits[:k]
+
+    def cosines(self, query: Vectors, ids: Sequence[str]) -> dict[str, float]:
+        """Cosine similarity of `query` with the stored vectors of `ids`."""
+        with self._reading():
+            if self._index is None:
+                return {}
+            norm = float(np.linalg.norm(query)) or 1.0
+            out = {}
+            for item_id in ids:
+                stored = self._index.get(item_id)
+                if stored is not None:
+                    out[item_id] = float(stored @ query) / norm
+            return out
+
+    def items(self, ids: Sequence[str]) -> dict[str, Item]:
+        """The stored rows of `ids` (missing ids are left out)."""
+        with self._reading():
+            return self._rows(ids)
 
     def _rows(self, ids: Sequence[str]) -> dict[str, Item]:
         out: dict[str, Item] = {}
@@ -529,3 +595,24 @@ class Collection:
         if db is not None:
             db.close()
             self._local.db = None
+
+
+def _index_text(db: sqlite3.Connection, ids: Sequence[str], texts: Sequence[str]) -> None:
+    """Replace the text-index rows of `ids` with `texts` (empty texts get none)."""
+    _drop_text(db, ids)
+    first = db.execute("SELECT coalesce(max(rowid), 0) + 1 FROM items_fts").fetchone()[0]
+    rows = [
+        (first + n, text, item_id)
+        for n, (item_id, text) in enumerate(zip(ids, texts, strict=True))
+        if text.strip()
+    ]
+    db.executemany("INSERT INTO items_fts (rowid, text, id) VALUES (?, ?, ?)", rows)
+    db.executemany("INSERT INTO fts_rows VALUES (?, ?)", [(i, r) for r, _, i in rows])
+
+
+def _drop_text(db: sqlite3.Connection, ids: Sequence[str]) -> None:
+    db.executemany(
+        "DELETE FROM items_fts WHERE rowid = (SELECT fts_row FROM fts_rows WHERE id = ?)",
+        [(i,) for i in ids],
+    )
+    db.executemany("DELETE FROM fts_rows WHERE id = ?", [(i,) for i in ids])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Flask
 
+from flask_app.rag.answer import AnswerConfig
 from flask_app.services import Services
 from flask_app.settings import Settings
 
@@ -22,3 +23,16 @@ def services_of(app: Flask) -> Services:
 def settings_of(app: Flask) -> Settings:
     settings: Settings = app.extensions[KEY]["settings"]
     return settings
+
+
+def answer_config_of(app: Flask) -> AnswerConfig:
+    """The answer pipeline's part of the app's settings."""
+    settings = settings_of(app)
+    return AnswerConfig(
+        max_tokens=settings.max_tokens,
+        context_tokens=settings.context_tokens,
+        min_evidence=settings.answer_min_evidence,
+        refusal_probability=settings.answer_refusal_probability,
+        min_score=settings.answer_min_score,
+        score_mapping=settings.score_mapping,
+    )

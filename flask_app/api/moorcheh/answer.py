@@ -15,13 +15,13 @@ from flask.typing import ResponseReturnValue
 
 from flask_app import rag
 from flask_app.api.http.disconnect import client_gone_probe
-from flask_app.api.http.extensions import services_of, settings_of
+from flask_app.api.http.extensions import answer_config_of, services_of
 from flask_app.api.http.json_body import json_object, validate
 from flask_app.api.http.sse import sse
 from flask_app.api.moorcheh.routes import kiosk_threshold, parse_vector, top_k_value
 from flask_app.api.moorcheh.schemas import Answer
-from flask_app.inference.llm import ChatMessage, LLMError, LLMTimeout, TokenStream
-from flask_app.rag import prompts
+from flask_app.inference.llm import LLM, ChatMessage, LLMError, LLMTimeout
+from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
 
 blueprint = Blueprint("moorcheh_answer", __name__)
 
@@ -48,105 +48,83 @@ def _question(body: Answer) -> rag.Question:
     )
 
 
-def _prepare() -> tuple[rag.Question, list[rag.Source], rag.Prompt | None]:
-    """Validate, retrieve and build the prompt; None when nothing was retrieved."""
+def _prepare() -> tuple[rag.Question, Grounding]:
+    """Validate, retrieve and select the evidence (no model wait yet)."""
     question = _question(validate(Answer, json_object(request)))
     services = services_of(current_app)
-    settings = settings_of(current_app)
     if services.llm is None:
         raise rag.LLMNotConfigured()
     collection = services.store.edge()
     if collection.info().dimension is None:
-        return question, [], None
+        return question, Grounding([], [], None, 0.0, None)
     vector = rag.query_vector(collection, question, services.embedder)
-    sources = rag.retrieve(
-        collection, vector, question, settings.score_mapping, settings.answer_min_score
-    )
-    if not sources:
-        return question, [], None
-    prompt = rag.build_prompt(
-        services.llm,
+    config = answer_config_of(current_app)
+    return question, ground(services.llm, collection, vector, question, config)
+
+
+def _open(question: rag.Question, grounding: Grounding) -> AnswerStream:
+    """Queue for the model (503 when the queue is full) and start the answer."""
+    return open_answer(
+        services_of(current_app).llm,
+        grounding,
         question,
-        sources,
-        answer_tokens=settings.max_tokens,
-        context_tokens=settings.context_tokens,
+        answer_config_of(current_app),
+        abandoned=client_gone_probe(),
     )
-    return question, prompt.sources, prompt
 
 
-def _open(question: rag.Question, sources: list[rag.Source], prompt: rag.Prompt) -> TokenStream:
-    """Queue for the model, run the answerability check, start generating."""
-    settings = settings_of(current_app)
-    llm = services_of(current_app).llm
-    assert llm is not None
-    precheck = rag.answer_precheck(
-        llm, question, sources, settings.answer_check, settings.context_tokens
-    )
-    return rag.open_stream(
-        llm, prompt, question, settings.max_tokens, precheck, abandoned=client_gone_probe()
-    )
+def _result(
+    llm: LLM, question: rag.Question, grounding: Grounding, answer: AnswerStream, text: str
+) -> dict[str, Any]:
+    """The answer body (also the stream's `done` data; built outside the request)."""
+    refused = answer.refused
+    sources = [] if refused else [s.as_result() for s in grounding.sources]
+    body: dict[str, Any] = {
+        "answer": text,
+        "query": question.query,
+        "model": llm.model_id,
+        "context_count": len(sources),
+        "sources": sources,
+        "evidence_score": round(grounding.evidence_score, 4),
+        "refusal_probability": answer.refusal_probability,
+    }
+    if grounding.prompt is not None:
+        body["usage"] = {
+            "prompt_tokens": grounding.prompt.prompt_tokens,
+            "completion_tokens": llm.count_tokens(text),
+        }
+    return body
 
 
 @blueprint.post("/answer")
 def answer() -> ResponseReturnValue:
-    question, sources, prompt = _prepare()
+    question, grounding = _prepare()
     llm = services_of(current_app).llm
     assert llm is not None
-    body: dict[str, Any] = {
-        "answer": prompts.NO_CONTEXT_ANSWER,
-        "model": llm.model_id,
-        "query": question.query,
-        "context_count": 0,
-        "sources": [],
-    }
-    if prompt is None:
-        return jsonify(body)
-    with _open(question, sources, prompt) as tokens:
-        text = "".join(rag.clean_stream(tokens))
-    body.update(
-        answer=text,
-        context_count=len(sources),
-        sources=[s.as_result() for s in sources],
-        usage={"prompt_tokens": prompt.prompt_tokens, "completion_tokens": llm.count_tokens(text)},
-        answer_check=tokens.precheck_probability,
-    )
-    return jsonify(body)
+    with _open(question, grounding) as stream:
+        text = "".join(stream)
+    return jsonify(_result(llm, question, grounding, stream, text))
 
 
 @blueprint.post("/answer/stream")
 def answer_stream() -> ResponseReturnValue:
-    question, sources, prompt = _prepare()
+    question, grounding = _prepare()
     llm = services_of(current_app).llm
     assert llm is not None
     # Take the model (or fail with 503) before the response starts.
-    tokens = None
-    if prompt is not None:
-        tokens = _open(question, sources, prompt)
+    stream = _open(question, grounding)
     meta = {
         "model": llm.model_id,
-        "context_count": len(sources),
-        "sources": [s.as_result() for s in sources],
+        "context_count": len(grounding.sources),
+        "sources": [s.as_result() for s in grounding.sources],
         "query": question.query,
     }
 
     def events() -> Iterator[bytes]:
         yield sse("meta", meta)
-        if tokens is None:
-            yield sse("token", {"delta": prompts.NO_CONTEXT_ANSWER})
-            yield sse(
-                "done",
-                {
-                    "answer": prompts.NO_CONTEXT_ANSWER,
-                    "query": question.query,
-                    "model": llm.model_id,
-                    "context_count": 0,
-                    "sources": [],
-                },
-            )
-            return
         parts: list[str] = []
         try:
-            for delta in rag.clean_stream(tokens):
+            for delta in stream:
                 parts.append(delta)
                 yield sse("token", {"delta": delta})
         except LLMTimeout as exc:
@@ -156,25 +134,15 @@ def answer_stream() -> ResponseReturnValue:
             yield sse("error", {"message": "LLM request failed"})
             return
         finally:
-            tokens.close()  # also runs when the client disconnects (GeneratorExit)
-        yield sse(
-            "done",
-            {
-                "answer": "".join(parts),
-                "query": question.query,
-                "model": llm.model_id,
-                "context_count": len(sources),
-                "sources": meta["sources"],
-            },
-        )
+            stream.close()  # also runs when the client disconnects (GeneratorExit)
+        yield sse("done", _result(llm, question, grounding, stream, "".join(parts)))
 
     response = Response(
         events(),
         mimetype="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
-    if tokens is not None:
-        # the model is held from here: a response closed before the generator
-        # ever ran (client gone before the first read) must still release it
-        response.call_on_close(tokens.close)
+    # the model is held from here: a response closed before the generator
+    # ever ran (client gone before the first read) must still release it
+    response.call_on_close(stream.close)
     return response

@@ -1,0 +1,197 @@
+"""Grounded answers: hybrid retrieval → evidence units → a short prompt →
+generation gated by the model's own refusal probability.
+
+    grounding = ground(llm, collection, vector, question, config)
+    with open_answer(llm, grounding, question, config) as answer:
+        for delta in answer: ...
+
+The answer is the fixed no-information sentence, without generating, when no
+evidence unit covers enough of the question (`min_evidence`), and instead of
+generating when the first token's distribution gives the refusal more than
+`refusal_probability` (read from the answer's own prompt: no extra prompt, so
+the system prompt stays in the KV cache). An answer that only restates the
+question gets the best evidence line appended as a quote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from flask_app.inference.llm import LLM, FirstTokenProbe, TokenStream
+from flask_app.rag import evidence, prompts, retrieval, scores
+from flask_app.rag.pipeline import (
+    LLMNotConfigured,
+    Prompt,
+    Question,
+    Source,
+    build_prompt,
+    clean_stream,
+)
+from flask_app.rag.text import STOPWORDS, terms
+from flask_app.store import Collection
+
+Vector = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class AnswerConfig:
+    max_tokens: int = 256
+    context_tokens: int = 1024
+    min_evidence: float = 0.4  # share of the question's content the best unit must hold
+    refusal_probability: float = 0.05  # P(first token starts a refusal) above which we refuse
+    min_score: float = 0.0  # floor on a passage's 0-1 dense score
+    score_mapping: str = "clip"
+    evidence_units: int = 3
+
+
+@dataclass(frozen=True)
+class Grounding:
+    sources: list[Source]  # the passages whose evidence is in the prompt, best first
+    pieces: list[evidence.Evidence]  # the evidence; `passage` indexes `sources`
+    best: evidence.Evidence | None
+    evidence_score: float
+    prompt: Prompt | None  # None: too little evidence, the answer is the fixed sentence
+
+
+def ground(
+    llm: LLM | None,
+    collection: Collection,
+    vector: Vector,
+    question: Question,
+    config: AnswerConfig,
+) -> Grounding:
+    if llm is None:
+        raise LLMNotConfigured()
+    passages = retrieval.hybrid(
+        collection, vector, question.query, question.top_k, metadata=question.metadata
+    )
+    candidates: list[Source] = []
+    for p in passages:
+        score = scores.to_score(p.cosine, config.score_mapping)
+        if question.threshold is not None and score < question.threshold:
+            continue  # kiosk mode
+        if score < config.min_score:
+            continue
+        candidates.append(Source(p.hit, score, scores.label(score)))
+    selection = evidence.select(
+        question.query,
+        vector,
+        [s.hit.text for s in candidates],
+        None,
+        evidence.Scoring(dense_weight=0.0, lexical_weight=1.0, units_wanted=config.evidence_units),
+    )
+    if not selection.pieces or selection.best_score < config.min_evidence:
+        return Grounding([], [], selection.best, selection.best_score, None)
+    used = list(dict.fromkeys(piece.passage for piece in selection.pieces))
+    renumber = {old: new for new, old in enumerate(used)}
+    pieces = [
+        evidence.Evidence(renumber[p.passage], p.start, p.end, p.text, p.score)
+        for p in selection.pieces
+    ]
+    best = selection.best
+    if best is not None and best.passage in renumber:
+        best = evidence.Evidence(
+            renumber[best.passage], best.start, best.end, best.text, best.score
+        )
+    sources = [candidates[i] for i in used]
+    blocks = [" … ".join(p.text for p in pieces if p.passage == i) for i in range(len(used))]
+    prompt = build_prompt(
+        llm,
+        question,
+        sources,
+        texts=blocks,
+        answer_tokens=config.max_tokens,
+        context_tokens=config.context_tokens,
+    )
+    kept = len(prompt.sources)
+    return Grounding(
+        sources[:kept],
+        [p for p in pieces if p.passage < kept],
+        best,
+        selection.best_score,
+        prompt,
+    )
+
+
+def restates(answer: str, question: str) -> bool:
+    """The answer's content words are all the question's: it adds nothing."""
+    said = set(terms(answer)) - STOPWORDS
+    return bool(said) and said <= set(terms(question))
+
+
+class AnswerStream:
+    """Deltas of one answer; joined they are exactly the final answer."""
+
+    def __init__(
+        self,
+        tokens: TokenStream | None,
+        probe: FirstTokenProbe | None,
+        grounding: Grounding,
+        question: Question,
+        config: AnswerConfig,
+    ) -> None:
+        self._tokens = tokens
+        self._probe = probe
+        self._grounding = grounding
+        self._question = question
+        self._config = config
+        self.refusal_probability: float | None = None
+        self.refused = tokens is None
+
+    def __iter__(self) -> Iterator[str]:
+        if self._tokens is None:
+            yield prompts.NO_CONTEXT_ANSWER
+            return
+        parts: list[str] = []
+        for delta in clean_stream(self._tokens):
+            if not parts and self._probe is not None:
+                self.refusal_probability = self._probe.probability
+                if (self.refusal_probability or 0.0) > self._config.refusal_probability:
+                    self._tokens.close()
+                    self.refused = True
+                    yield prompts.NO_CONTEXT_ANSWER
+                    return
+            parts.append(delta)
+            yield delta
+        text = "".join(parts)
+        best = self._grounding.best
+        if best is not None and (not text.strip() or restates(text, self._question.query)):
+            yield prompts.quote_suffix(best.text, bool(text.strip()))
+
+    def close(self) -> None:
+        if self._tokens is not None:
+            self._tokens.close()
+
+    def __enter__(self) -> AnswerStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_answer(
+    llm: LLM | None,
+    grounding: Grounding,
+    question: Question,
+    config: AnswerConfig,
+    abandoned: Callable[[], bool] | None = None,
+) -> AnswerStream:
+    """Wait for the model and start the answer (raises LLMOverloaded, LLMTimeout,
+    LLMCancelled); with too little evidence, the fixed sentence without the model."""
+    if llm is None:
+        raise LLMNotConfigured()
+    if grounding.prompt is None:
+        return AnswerStream(None, None, grounding, question, config)
+    probe = FirstTokenProbe(prompts.REFUSAL_STARTS)
+    tokens = llm.stream(
+        grounding.prompt.messages,
+        max_tokens=config.max_tokens,
+        temperature=question.temperature,
+        probe=probe,
+        abandoned=abandoned,
+    )
+    return AnswerStream(tokens, probe, grounding, question, config)

@@ -1,0 +1,130 @@
+"""Evidence selection below the passage level.
+
+The retrieved passages are cut into units (sentences, lines); each unit is
+scored by its embedding's cosine with the question and by how much of the
+question's content (weighted by rarity among the units) it contains. The few
+best units, each with its neighbours (a definition's heading, a following
+"it defaults to..."), become the prompt's text instead of whole passages:
+the small model sees the lines that answer, and the prompt stays short.
+
+The best unit's score is also the answerability signal: below the threshold
+the pipeline answers with the fixed no-information sentence without asking
+the model. Every selected piece keeps its passage id and code-point span, so
+citations point at the exact text the answer rests on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from flask_app.inference.embed import Embedder
+from flask_app.rag.text import Unit, term_set, terms, units
+
+Vector = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class Scoring:
+    dense_weight: float = 0.5
+    lexical_weight: float = 0.5
+    units_wanted: int = 3
+    neighbours: int = 1
+    max_units: int = 96  # bounds the embedding work per question
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A contiguous piece of one passage: `text == passage[start:end]`."""
+
+    passage: int  # index into the passages given to `select`
+    start: int
+    end: int
+    text: str
+    score: float  # best unit score inside the piece
+
+
+@dataclass(frozen=True)
+class Selection:
+    pieces: list[Evidence]  # grouped by passage, best passage first, text order inside
+    best: Evidence | None  # the single best unit
+    best_score: float
+
+
+@dataclass(frozen=True)
+class _Scored:
+    passage: int
+    index: int  # position among the passage's units
+    unit: Unit
+    score: float
+
+
+def _coverage(question_terms: list[str], unit_terms: list[set[str]]) -> list[float]:
+    """Share of the question's content (idf-weighted over the units) each unit holds."""
+    n = len(unit_terms)
+    idf = {t: math.log(1 + n / (1 + sum(t in u for u in unit_terms))) for t in question_terms}
+    total = sum(idf.values()) or 1.0
+    return [sum(idf[t] for t in question_terms if t in u) / total for u in unit_terms]
+
+
+def select(
+    question: str,
+    query: Vector,
+    passages: Sequence[str],
+    embedder: Embedder | None,
+    scoring: Scoring = Scoring(),
+) -> Selection:
+    cut: list[tuple[int, int, Unit]] = []
+    per_passage: list[list[Unit]] = []
+    for p, text in enumerate(passages):
+        found = units(text)
+        per_passage.append(found)
+        for i, unit in enumerate(found):
+            if len(cut) < scoring.max_units:
+                cut.append((p, i, unit))
+    if not cut:
+        return Selection([], None, 0.0)
+    lexical = _coverage(terms(question), [term_set(u.text) for _, _, u in cut])
+    if scoring.dense_weight > 0 and embedder is not None and embedder.dim == len(query):
+        vectors = embedder.embed([u.text for _, _, u in cut])
+        dense = [float(x) for x in vectors @ query]
+        weights = (scoring.dense_weight, scoring.lexical_weight)
+    else:  # no embedder of the store's kind: lexical evidence only
+        dense = [0.0] * len(cut)
+        weights = (0.0, 1.0)
+    total = sum(weights)
+    scored = [
+        _Scored(p, i, u, (weights[0] * d + weights[1] * lx) / total)
+        for (p, i, u), d, lx in zip(cut, dense, lexical, strict=True)
+    ]
+    ranked = sorted(scored, key=lambda s: -s.score)
+    chosen = ranked[: scoring.units_wanted]
+    wanted: dict[int, dict[int, float]] = {}
+    for s in chosen:
+        lo = max(0, s.index - scoring.neighbours)
+        hi = min(len(per_passage[s.passage]), s.index + scoring.neighbours + 1)
+        slots = wanted.setdefault(s.passage, {})
+        for i in range(lo, hi):
+            slots[i] = max(slots.get(i, 0.0), s.score if i == s.index else 0.0)
+    pieces: list[Evidence] = []
+    order = sorted(wanted, key=lambda p: -max(wanted[p].values()))
+    for p in order:
+        indices = sorted(wanted[p])
+        run: list[int] = []
+        for i in [*indices, -1]:
+            if run and (i != run[-1] + 1):
+                first, last = per_passage[p][run[0]], per_passage[p][run[-1]]
+                text = passages[p][first.start : last.end]
+                pieces.append(
+                    Evidence(p, first.start, last.end, text, max(wanted[p][j] for j in run))
+                )
+                run = []
+            if i >= 0:
+                run.append(i)
+    top = ranked[0]
+    best = Evidence(top.passage, top.unit.start, top.unit.end, top.unit.text, top.score)
+    return Selection(pieces, best, top.score)
