@@ -1,0 +1,139 @@
+"""The answer pipeline's retrieval and evidence steps, without a model:
+units and their spans, evidence selection, the full-text index, hybrid
+retrieval finding what the embedding misses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from flask_app.inference.fakes import HashEmbedder
+from flask_app.rag import evidence, retrieval
+from flask_app.rag.answer import restates
+from flask_app.rag.text import STOPWORDS, stem, term_set, terms, units
+from flask_app.store import Collection
+
+PDB = (
+    "r(eturn)\n\nContinue execution until the current function returns.\n\n"
+    "c(ont(inue))\n\nContinue execution, only stop when a breakpoint is encountered.\n\n"
+    "j(ump) lineno\n\nSet the next line that will be executed.  Only available in the "
+    "bottom-most frame."
+)
+
+
+def test_units_index_the_passage_exactly_even_after_emoji_and_cjk() -> None:
+    passage = "🙂 東京 is big. It has 14 million people! 漢字 are used.\n\nSecond paragraph here."
+    found = units(passage, max_chars=30)
+    assert found and all(passage[u.start : u.end] == u.text for u in found)
+    assert found[-1].text == "Second paragraph here."
+
+
+def test_a_heading_stays_with_the_text_it_introduces() -> None:
+    found = units(PDB)
+    assert found[0].text == "r(eturn)\n\nContinue execution until the current function returns."
+    assert found[2].text.startswith("j(ump) lineno\n\nSet the next line")
+
+
+def test_terms_drop_function_words_and_meet_inflections() -> None:
+    assert terms("Which pdb command continues until the current function exits?") == [
+        "pdb",
+        "command",
+        "continu",
+        "current",
+        "function",
+        "exit",
+    ]
+    assert stem("returns") == stem("return") and "which" in STOPWORDS
+    assert {"str.zfill", "str", "zfill"} <= term_set("Use str.zfill(5).")
+
+
+def test_evidence_selection_picks_the_unit_that_answers_with_its_span() -> None:
+    other = "The debugger supports aliases. Aliases can have parameters."
+    sel = evidence.select(
+        "Which pdb command sets the next line that will be executed?",
+        np.zeros(4, dtype=np.float32),
+        [other, PDB],
+        None,
+        evidence.Scoring(dense_weight=0.0, lexical_weight=1.0, units_wanted=1, neighbours=0),
+    )
+    assert sel.best is not None and sel.best.passage == 1
+    assert sel.best.text.startswith("j(ump) lineno")
+    assert PDB[sel.best.start : sel.best.end] == sel.best.text
+    assert sel.best_score > 0.4  # the default answer_min_evidence
+    assert [p.passage for p in sel.pieces] == [1]
+
+
+def test_no_overlap_means_no_evidence() -> None:
+    sel = evidence.select(
+        "What is the capital of Australia?",
+        np.zeros(4, dtype=np.float32),
+        [PDB],
+        None,
+    )
+    assert sel.best_score == 0.0
+
+
+def test_restating_the_question_adds_nothing() -> None:
+    q = "Which pdb command continues until the current function exits?"
+    assert restates("The pdb command continues until the current function exits.", q)
+    assert not restates("The r(eturn) command.", q)
+    assert not restates("", q)
+
+
+def upsert(c: Collection, docs: dict[str, str], embedder: HashEmbedder) -> None:
+    ids = list(docs)
+    c.upsert(
+        ids,
+        embedder.embed([docs[i] for i in ids]),
+        [docs[i] for i in ids],
+        [None] * len(ids),
+        mode="text",
+        embedding_model=embedder.model_id,
+    )
+
+
+def test_the_text_index_follows_replacements_and_deletes(tmp_path: Path) -> None:
+    embedder = HashEmbedder(dim=64)
+    c = Collection(tmp_path / "c")
+    upsert(c, {"a": "The ferry leaves at dawn.", "b": "Trains run hourly."}, embedder)
+    assert [i for i, _ in c.lexical_search(["ferry"], 5)] == ["a"]
+    upsert(c, {"a": "The bus leaves at noon."}, embedder)
+    assert c.lexical_search(["ferry"], 5) == []
+    assert [i for i, _ in c.lexical_search(["bus"], 5)] == ["a"]
+    c.delete(["a"])
+    assert c.lexical_search(["bus"], 5) == []
+    assert [i for i, _ in c.lexical_search(["trains"], 5)] == ["b"]  # porter: trains ~ train
+
+
+def test_collections_written_before_the_text_index_get_it_on_open(tmp_path: Path) -> None:
+    import sqlite3
+
+    embedder = HashEmbedder(dim=64)
+    c = Collection(tmp_path / "c")
+    upsert(c, {"a": "The ferry leaves at dawn."}, embedder)
+    c.close()
+    db = sqlite3.connect(tmp_path / "c" / "rows.sqlite")
+    db.execute("DELETE FROM items_fts")
+    db.execute("DELETE FROM fts_rows")
+    db.execute("DELETE FROM settings WHERE key = 'fts'")
+    db.commit()
+    db.close()
+    reopened = Collection(tmp_path / "c")
+    assert [i for i, _ in reopened.lexical_search(["ferry"], 5)] == ["a"]
+
+
+def test_hybrid_retrieval_finds_an_exact_term_the_embedding_ranks_low(tmp_path: Path) -> None:
+    embedder = HashEmbedder(dim=64)
+    c = Collection(tmp_path / "c")
+    filler = {f"f{i}": f"Breakpoints and frames and stepping, note {i}." for i in range(40)}
+    upsert(c, {**filler, "target": "tbreak sets a temporary breakpoint."}, embedder)
+    q = "tbreak"
+    vector = embedder.embed(["breakpoints frames stepping"])[0]  # an embedding that misses it
+    dense_only = [h.id for h in c.search(vector, 5)]
+    assert "target" not in dense_only
+    found = retrieval.hybrid(c, vector, q, 5)
+    assert "target" in [p.hit.id for p in found]
+    target = next(p for p in found if p.hit.id == "target")
+    assert target.hit.text == "tbreak sets a temporary breakpoint."
+    assert -1.0 <= target.cosine <= 1.0
