@@ -107,10 +107,10 @@ class Settings:
         ),
     )
     answer_refusal_probability: float = field(
-        default=0.05,
+        default=0.1,
         metadata=_help(
             "refuse when the LLM's first-token probability of starting a refusal exceeds "
-            "this (0-1); 1 = off"
+            "this times the evidence score (0-1); 1 = off"
         ),
     )
     context_tokens: int = field(

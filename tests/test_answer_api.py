@@ -116,7 +116,7 @@ def test_weak_evidence_is_refused_without_the_model(tmp_path: Path) -> None:
 
 
 def test_a_likely_refusal_at_the_first_token_becomes_the_fixed_sentence(tmp_path: Path) -> None:
-    backend = ScriptedBackend("It opened in 1998.", refusal_probability=0.3)
+    backend = ScriptedBackend("It opened in 1998.", refusal_probability=0.3)  # > 0.1 × evidence
     client = build(tmp_path, backend).test_client()
     body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
     assert body["answer"] == NO_CONTEXT_ANSWER and body["refusal_probability"] == 0.3

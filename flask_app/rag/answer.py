@@ -8,8 +8,9 @@ generation gated by the model's own refusal probability.
 The answer is the fixed no-information sentence, without generating, when no
 evidence unit covers enough of the question (`min_evidence`), and instead of
 generating when the first token's distribution gives the refusal more than
-`refusal_probability` (read from the answer's own prompt: no extra prompt, so
-the system prompt stays in the KV cache). An answer that only restates the
+`refusal_probability` × the evidence score (read from the answer's own prompt:
+no extra prompt, so the system prompt stays in the KV cache; the weaker the
+evidence, the stricter the gate). An answer that only restates the
 question gets the best evidence line appended as a quote.
 """
 
@@ -42,7 +43,8 @@ class AnswerConfig:
     max_tokens: int = 256
     context_tokens: int = 1024
     min_evidence: float = 0.4  # share of the question's content the best unit must hold
-    refusal_probability: float = 0.05  # P(first token starts a refusal) above which we refuse
+    # refuse when P(first token starts a refusal) > this × the evidence score
+    refusal_probability: float = 0.1
     min_score: float = 0.0  # floor on a passage's 0-1 dense score
     score_mapping: str = "clip"
     evidence_units: int = 3
@@ -150,7 +152,8 @@ class AnswerStream:
         for delta in clean_stream(self._tokens):
             if not parts and self._probe is not None:
                 self.refusal_probability = self._probe.probability
-                if (self.refusal_probability or 0.0) > self._config.refusal_probability:
+                limit = self._config.refusal_probability * self._grounding.evidence_score
+                if (self.refusal_probability or 0.0) > limit:
                     self._tokens.close()
                     self.refused = True
                     yield prompts.NO_CONTEXT_ANSWER
