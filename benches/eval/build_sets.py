@@ -43,48 +43,34 @@ def paragraphs(text: str) -> list[str]:
     return out
 
 
-def pieces(para: str, max_chars: int) -> list[str]:
-    """A paragraph, cut at sentence ends into parts of at most `max_chars` when longer."""
-    if len(para) <= max_chars:
-        return [para]
+def pack(parts: list[str], sep: str, max_chars: int) -> list[str]:
+    """Consecutive parts joined by `sep` while they fit in `max_chars`; a part
+    longer than that stands alone."""
     out: list[str] = []
     current = ""
-    for sentence in re.split(r"(?<=[.!?:])\s+", para):
-        if current and len(current) + 1 + len(sentence) > max_chars:
+    for part in parts:
+        if current and len(current) + len(sep) + len(part) > max_chars:
             out.append(current)
             current = ""
-        current = f"{current} {sentence}" if current else sentence
-    if current:
-        out.append(current)
-    return [part for piece in out for part in wrap(piece, max_chars)]
-
-
-def wrap(text: str, max_chars: int) -> list[str]:
-    """Text with no sentence end to cut at (a table), cut between words."""
-    out: list[str] = []
-    current = ""
-    for word in text.split(" "):
-        if current and len(current) + 1 + len(word) > max_chars:
-            out.append(current)
-            current = ""
-        current = f"{current} {word}" if current else word
+        current = f"{current}{sep}{part}" if current else part
     if current:
         out.append(current)
     return out
 
 
+def pieces(para: str, max_chars: int) -> list[str]:
+    """A paragraph, cut at sentence ends into parts of at most `max_chars` when
+    longer, and between words where no sentence end helps (a table)."""
+    if len(para) <= max_chars:
+        return [para]
+    sentences = pack(re.split(r"(?<=[.!?:])\s+", para), " ", max_chars)
+    return [part for piece in sentences for part in pack(piece.split(" "), " ", max_chars)]
+
+
 def chunk(text: str, max_chars: int = MAX_CHARS) -> list[str]:
     """Whole paragraphs merged while they fit; a longer paragraph is cut at sentence ends."""
-    chunks: list[str] = []
-    current = ""
-    for para in (p for whole in paragraphs(text) for p in pieces(whole, max_chars)):
-        if current and len(current) + 2 + len(para) > max_chars:
-            chunks.append(current)
-            current = ""
-        current = f"{current}\n\n{para}" if current else para
-    if current:
-        chunks.append(current)
-    return chunks
+    parts = [p for whole in paragraphs(text) for p in pieces(whole, max_chars)]
+    return pack(parts, "\n\n", max_chars)
 
 
 def documents(sources: list[tuple[str, str]]) -> list[dict[str, Any]]:
