@@ -258,3 +258,13 @@ def test_unknown_simd_env_value_keeps_the_best_level() -> None:
         check=True,
     )
     assert result.stdout.strip() == simcore.supported_simd_levels()[-1]
+
+
+def test_upsert_reads_a_fortran_order_matrix_by_rows() -> None:
+    """A Fortran-order array is contiguous too, but column-major: it used to be
+    stored transposed (every vector scrambled)."""
+    rows = np.asfortranarray(np.arange(12, dtype=np.float32).reshape(3, 4) + 1)
+    index = simcore.Index(4)
+    index.upsert(["a", "b", "c"], rows)
+    stored = index.get("b")
+    assert stored is not None and stored.tolist() == [5.0, 6.0, 7.0, 8.0]

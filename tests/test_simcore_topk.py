@@ -56,3 +56,19 @@ def test_wrong_dimension_names_both() -> None:
 def test_nan_query_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="non-finite"):
         simcore.top_k(np.zeros((2, 2), np.float32), [0.0, float("nan")], 1)
+
+
+def test_top_k_gives_the_same_answer_for_every_layout_and_size() -> None:
+    """In place (C-contiguous float32, split across cores past 8 MB) or
+    converted (Fortran order, float64, a strided view): the same hits."""
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((12_000, 256), dtype=np.float32)  # 12 MB: the parallel path
+    query = rng.standard_normal(256, dtype=np.float32)
+    expected = np.argsort(-(rows.astype(np.float64) @ query), kind="stable")[:7]
+    for variant in (rows, np.asfortranarray(rows), rows.astype(np.float64)):
+        idx, scores = simcore.top_k(variant, query, 7)
+        assert idx.tolist() == expected.tolist()
+        assert np.allclose(scores, rows[idx] @ query, rtol=1e-4)
+    strided = rows[::2]
+    idx, _ = simcore.top_k(strided, query, 3)
+    assert idx.tolist() == np.argsort(-(strided @ query), kind="stable")[:3].tolist()

@@ -19,7 +19,7 @@ const BLOCK: usize = 256;
 /// Below this many bytes to read, one thread scans alone: handing work to the
 /// pool costs more than it saves (measured: 10k x 384 f32 (15 MB) gains from
 /// two threads, its 4 MB int8 copy does not).
-const PARALLEL_MIN_BYTES: usize = 8 << 20;
+pub(crate) const PARALLEL_MIN_BYTES: usize = 8 << 20;
 /// Rows a batch search scores against every query before moving on: 512 rows
 /// of 384 f32 (768 KiB) stay in a 1 MiB L2 while each query passes over them.
 const BATCH_BLOCK_BYTES: usize = 768 * 1024;

@@ -66,11 +66,22 @@ mod python {
     type IdsScores<'py> = (Vec<String>, Bound<'py, PyArray1<f32>>);
 
     /// Owned copy of a 2-D float array plus its column count.
+    /// The rows of a 2-D array in row-major order, borrowed when the array is
+    /// C-contiguous. (`as_slice` also accepts Fortran order, whose memory is
+    /// column-major: reading it as rows would transpose the matrix.)
+    fn row_major<'a>(values: &'a PyArrayLike2<'_, f32, AllowTypeChange>) -> Option<&'a [f32]> {
+        if values.is_c_contiguous() {
+            values.as_slice().ok()
+        } else {
+            None
+        }
+    }
+
     fn matrix(values: &PyArrayLike2<'_, f32, AllowTypeChange>) -> (Vec<f32>, usize, usize) {
         let shape = values.shape();
-        let owned = match values.as_slice() {
-            Ok(slice) => slice.to_vec(),
-            Err(_) => values.as_array().iter().copied().collect(),
+        let owned = match row_major(values) {
+            Some(slice) => slice.to_vec(),
+            None => values.as_array().iter().copied().collect(),
         };
         (owned, shape[0], shape[1])
     }
@@ -92,15 +103,27 @@ mod python {
         query: PyArrayLike1<'py, f32, AllowTypeChange>,
         k: usize,
     ) -> PyResult<Scored<'py>> {
-        let (rows, _, dim) = matrix(&rows);
+        let dim = rows.shape()[1];
         if dim == 0 {
             return Err(SimcoreValueError::new_err(
                 "rows must have at least one column",
             ));
         }
         let query = vector(&query);
+        // A C-contiguous float32 array is scanned in place: `rows` holds a
+        // read-only borrow (and a reference) for the whole call, and the scan
+        // touches no Python object, so the GIL is released for it. Any other
+        // layout or dtype is converted once (numpy's own copy).
+        let copied;
+        let values: &[f32] = match row_major(&rows) {
+            Some(slice) => slice,
+            None => {
+                copied = matrix(&rows).0;
+                &copied
+            }
+        };
         let hits = py
-            .detach(|| top_k_f32(&rows, dim, &query, k))
+            .detach(|| top_k_f32(values, dim, &query, k))
             .map_err(to_py)?;
         let ids: Vec<i64> = hits.iter().map(|h| h.row as i64).collect();
         let scores: Vec<f32> = hits.iter().map(|h| h.score).collect();
