@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from flask_app.inference.fakes import HashEmbedder
 from flask_app.rag import evidence, retrieval
 from flask_app.rag.answer import restates
@@ -52,10 +50,8 @@ def test_evidence_selection_picks_the_unit_that_answers_with_its_span() -> None:
     other = "The debugger supports aliases. Aliases can have parameters."
     sel = evidence.select(
         "Which pdb command sets the next line that will be executed?",
-        np.zeros(4, dtype=np.float32),
         [other, PDB],
-        None,
-        evidence.Scoring(dense_weight=0.0, lexical_weight=1.0, units_wanted=1, neighbours=0),
+        evidence.Scoring(units_wanted=1, neighbours=0),
     )
     assert sel.best is not None and sel.best.passage == 1
     assert sel.best.text.startswith("j(ump) lineno")
@@ -65,12 +61,7 @@ def test_evidence_selection_picks_the_unit_that_answers_with_its_span() -> None:
 
 
 def test_no_overlap_means_no_evidence() -> None:
-    sel = evidence.select(
-        "What is the capital of Australia?",
-        np.zeros(4, dtype=np.float32),
-        [PDB],
-        None,
-    )
+    sel = evidence.select("What is the capital of Australia?", [PDB])
     assert sel.best_score == 0.0
 
 

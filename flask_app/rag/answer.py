@@ -81,10 +81,8 @@ def ground(
         candidates.append(Source(p.hit, score, scores.label(score)))
     selection = evidence.select(
         question.query,
-        vector,
         [s.hit.text for s in candidates],
-        None,
-        evidence.Scoring(dense_weight=0.0, lexical_weight=1.0, units_wanted=config.evidence_units),
+        evidence.Scoring(units_wanted=config.evidence_units),
     )
     if not selection.pieces or selection.best_score < config.min_evidence:
         return Grounding([], [], selection.best, selection.best_score, None)

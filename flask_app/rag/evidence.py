@@ -1,8 +1,9 @@
 """Evidence selection below the passage level.
 
-The retrieved passages are cut into units (sentences, lines); each unit is
-scored by its embedding's cosine with the question and by how much of the
-question's content (weighted by rarity among the units) it contains. The few
+The retrieved passages are cut into units (paragraphs, sentences); each unit
+is scored by how much of the question's content words (weighted by rarity
+among the units) it contains. (Scoring units by embedding as well bought
+nothing on the dev sets and cost ~0.5 s per question: README.) The few
 best units, each with its neighbours (a definition's heading, a following
 "it defaults to..."), become the prompt's text instead of whole passages:
 the small model sees the lines that answer, and the prompt stays short.
@@ -19,22 +20,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-import numpy.typing as npt
-
-from flask_app.inference.embed import Embedder
 from flask_app.rag.text import Unit, term_set, terms, units
-
-Vector = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True)
 class Scoring:
-    dense_weight: float = 0.5
-    lexical_weight: float = 0.5
     units_wanted: int = 3
     neighbours: int = 1
-    max_units: int = 96  # bounds the embedding work per question
+    max_units: int = 96  # bounds the work per question
 
 
 @dataclass(frozen=True)
@@ -71,13 +64,7 @@ def _coverage(question_terms: list[str], unit_terms: list[set[str]]) -> list[flo
     return [sum(idf[t] for t in question_terms if t in u) / total for u in unit_terms]
 
 
-def select(
-    question: str,
-    query: Vector,
-    passages: Sequence[str],
-    embedder: Embedder | None,
-    scoring: Scoring = Scoring(),
-) -> Selection:
+def select(question: str, passages: Sequence[str], scoring: Scoring = Scoring()) -> Selection:
     cut: list[tuple[int, int, Unit]] = []
     per_passage: list[list[Unit]] = []
     for p, text in enumerate(passages):
@@ -88,19 +75,8 @@ def select(
                 cut.append((p, i, unit))
     if not cut:
         return Selection([], None, 0.0)
-    lexical = _coverage(terms(question), [term_set(u.text) for _, _, u in cut])
-    if scoring.dense_weight > 0 and embedder is not None and embedder.dim == len(query):
-        vectors = embedder.embed([u.text for _, _, u in cut])
-        dense = [float(x) for x in vectors @ query]
-        weights = (scoring.dense_weight, scoring.lexical_weight)
-    else:  # no embedder of the store's kind: lexical evidence only
-        dense = [0.0] * len(cut)
-        weights = (0.0, 1.0)
-    total = sum(weights)
-    scored = [
-        _Scored(p, i, u, (weights[0] * d + weights[1] * lx) / total)
-        for (p, i, u), d, lx in zip(cut, dense, lexical, strict=True)
-    ]
+    coverage = _coverage(terms(question), [term_set(u.text) for _, _, u in cut])
+    scored = [_Scored(p, i, u, c) for (p, i, u), c in zip(cut, coverage, strict=True)]
     ranked = sorted(scored, key=lambda s: -s.score)
     chosen = ranked[: scoring.units_wanted]
     wanted: dict[int, dict[int, float]] = {}

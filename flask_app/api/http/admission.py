@@ -8,22 +8,18 @@ nothing past the limit is ever buffered) and as a Flask `before_request` hook
 (every other server, and the test client). Either way the refusal is rendered
 by the app's own error handlers, so each surface keeps its error shape.
 
-A view may declare its own rules with `@accepts(...)`; by default a route
-takes JSON up to the server's `--max-body-mb`.
+Every route takes JSON up to the server's `--max-body-mb`; a route with
+other rules (a file upload) returns them from `body_rule`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 from flask import Flask, request
 from werkzeug.exceptions import HTTPException
 
 from flask_app.api.http.json_body import BadRequest
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 JSON_TYPES = ("application/json", "+json")
 
@@ -34,28 +30,14 @@ class BodyRule:
     content_types: tuple[str, ...]  # a mimetype, or "+suffix"; empty: any type
 
 
-def accepts(*content_types: str, max_bytes: int | None = None) -> Callable[[F], F]:
-    """Declare the body a view takes (overrides the JSON default)."""
-
-    def mark(view: F) -> F:
-        view.body_types = content_types  # type: ignore[attr-defined]
-        view.body_max_bytes = max_bytes  # type: ignore[attr-defined]
-        return view
-
-    return mark
-
-
 def body_rule(app: Flask, method: str, path: str) -> BodyRule | None:
     """The rule of the route `method path`; None when no route matches (the
     app then answers 404/405 itself)."""
     try:
-        endpoint, _ = app.url_map.bind("localhost").match(path, method=method)
+        app.url_map.bind("localhost").match(path, method=method)
     except HTTPException:
         return None
-    view = app.view_functions.get(endpoint)
-    default_max = int(app.config.get("MAX_CONTENT_LENGTH") or 0)
-    max_bytes = getattr(view, "body_max_bytes", None) or default_max
-    return BodyRule(max_bytes, getattr(view, "body_types", JSON_TYPES))
+    return BodyRule(int(app.config.get("MAX_CONTENT_LENGTH") or 0), JSON_TYPES)
 
 
 def _type_ok(mimetype: str, allowed: tuple[str, ...]) -> bool:
