@@ -182,7 +182,7 @@ def test_7_kiosk_threshold_filters(api: Api) -> None:
 
 
 def test_8_labels() -> None:
-    from flask_app.rag.scores import label
+    from flask_app.api.moorcheh.scores import label
 
     assert [label(s) for s in (0.9, 0.7, 0.5, 0.35, 0.25, 0.15, 0.05)] == [
         "Close Match",

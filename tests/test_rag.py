@@ -12,8 +12,8 @@ from flask_app.rag import prompts
 from flask_app.store import Hit
 
 
-def source(text: str, score: float = 0.9, id_: str = "d") -> rag.Source:
-    return rag.Source(Hit(id_, score, text, None), score, "Close Match")
+def source(text: str, score: float = 0.9, id_: str = "d") -> Hit:
+    return Hit(id_, score, text, None)
 
 
 def words(n: int, word: str = "w") -> str:
@@ -76,7 +76,7 @@ def test_budget_caps_passages_and_never_overflows_the_window() -> None:
     assert prompt.sources == sources[: len(prompt.sources)]
     capped = rag.build_prompt(llm, q, sources, answer_tokens=10, context_tokens=90)
     # 80 words + 2 label words fit; the second passage is cut to what is left (6 words)
-    assert [s.hit.id for s in capped.sources] == ["d0", "d1"]
+    assert [s.id for s in capped.sources] == ["d0", "d1"]
     assert "Document 2:\np1 p1 p1 p1 p1 p1\n" in capped.messages[-1]["content"]
 
 

@@ -23,17 +23,16 @@ import numpy as np
 import numpy.typing as npt
 
 from flask_app.inference.llm import LLM, FirstTokenProbe, TokenStream
-from flask_app.rag import evidence, prompts, retrieval, scores
+from flask_app.rag import evidence, prompts, retrieval
 from flask_app.rag.pipeline import (
     LLMNotConfigured,
     Prompt,
     Question,
-    Source,
     build_prompt,
     clean_stream,
 )
 from flask_app.rag.text import STOPWORDS, terms
-from flask_app.store import Collection
+from flask_app.store import Collection, Hit
 
 Vector = npt.NDArray[np.float32]
 
@@ -45,14 +44,13 @@ class AnswerConfig:
     min_evidence: float = 0.4  # share of the question's content the best unit must hold
     # refuse when P(first token starts a refusal) > this × the evidence score
     refusal_probability: float = 0.1
-    min_score: float = 0.0  # floor on a passage's 0-1 dense score
-    score_mapping: str = "clip"
+    min_cosine: float | None = None  # passages less similar than this are not used
     evidence_units: int = 3
 
 
 @dataclass(frozen=True)
 class Grounding:
-    sources: list[Source]  # the passages whose evidence is in the prompt, best first
+    sources: list[Hit]  # the passages whose evidence is in the prompt, best first
     pieces: list[evidence.Evidence]  # the evidence; `passage` indexes `sources`
     best: evidence.Evidence | None
     evidence_score: float
@@ -71,17 +69,11 @@ def ground(
     passages = retrieval.hybrid(
         collection, vector, question.query, question.top_k, metadata=question.metadata
     )
-    candidates: list[Source] = []
-    for p in passages:
-        score = scores.to_score(p.cosine, config.score_mapping)
-        if question.threshold is not None and score < question.threshold:
-            continue  # kiosk mode
-        if score < config.min_score:
-            continue
-        candidates.append(Source(p.hit, score, scores.label(score)))
+    floors = [f for f in (question.min_cosine, config.min_cosine) if f is not None]
+    candidates = [p.hit for p in passages if all(p.cosine >= f for f in floors)]
     selection = evidence.select(
         question.query,
-        [s.hit.text for s in candidates],
+        [hit.text for hit in candidates],
         evidence.Scoring(units_wanted=config.evidence_units),
     )
     if not selection.pieces or selection.best_score < config.min_evidence:

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from flask_app.inference.embed import Embedder, EmbeddingError
 from flask_app.inference.llm import LLM, ChatMessage
-from flask_app.rag import prompts, scores
+from flask_app.rag import prompts
 from flask_app.store import Collection, Hit
 
 Vector = npt.NDArray[np.float32]
@@ -45,33 +45,13 @@ class ContextOverflow(RagError):
 
 
 @dataclass(frozen=True)
-class Source:
-    """A retrieved passage with its client-facing score and label."""
-
-    hit: Hit
-    score: float
-    label: str
-
-    def as_result(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.hit.id,
-            "score": self.score,
-            "label": self.label,
-            "text": self.hit.text,
-        }
-        if self.hit.metadata is not None:
-            out["metadata"] = self.hit.metadata
-        return out
-
-
-@dataclass(frozen=True)
 class Question:
     """Everything a surface passes to the pipeline."""
 
     query: str
     query_vector: Vector | None = None
     top_k: int = 5
-    threshold: float | None = None  # kiosk threshold on the 0-1 score; None = no filter
+    min_cosine: float | None = None  # passages below this similarity are dropped
     metadata: Mapping[str, Any] | None = None
     header_prompt: str | None = None
     footer_prompt: str | None = None
@@ -82,7 +62,7 @@ class Question:
 @dataclass(frozen=True)
 class Prompt:
     messages: list[ChatMessage]
-    sources: list[Source]  # the passages actually in the prompt
+    sources: list[Hit]  # the passages actually in the prompt (score = cosine)
     prompt_tokens: int
 
 
@@ -136,27 +116,14 @@ def query_vector(
     return embedded
 
 
-def retrieve(
-    collection: Collection,
-    vector: Vector,
-    question: Question,
-    score_mapping: str = "clip",
-    min_score: float = 0.0,
-) -> list[Source]:
-    """Top-k passages, best first, minus those under the kiosk threshold and
-    under `min_score` (the floor below which a passage is not worth a prompt)."""
+def retrieve(collection: Collection, vector: Vector, question: Question) -> list[Hit]:
+    """Top-k passages by cosine (dense only), best first, minus those under
+    `question.min_cosine`."""
     if collection.info().dimension is None:
         return []
     hits = collection.search(vector, question.top_k, metadata=question.metadata)
-    sources = []
-    for hit in hits:
-        score = scores.to_score(hit.score, score_mapping)
-        if question.threshold is not None and score < question.threshold:
-            continue
-        if score < min_score:
-            continue
-        sources.append(Source(hit, score, scores.label(score)))
-    return sources
+    floor = question.min_cosine
+    return [h for h in hits if floor is None or h.score >= floor]
 
 
 # --- fitting passages to the budget ---------------------------------------------
@@ -252,7 +219,7 @@ def recent_history(
 def build_prompt(
     llm: LLM,
     question: Question,
-    sources: Sequence[Source],
+    sources: Sequence[Hit],
     *,
     texts: Sequence[str] | None = None,
     answer_tokens: int,
@@ -277,7 +244,7 @@ def build_prompt(
             f"the prompts and question take {fixed} tokens; with {answer_tokens} for the answer "
             f"they do not fit the {llm.n_ctx}-token context window"
         )
-    all_texts = list(texts) if texts is not None else [s.hit.text for s in sources]
+    all_texts = list(texts) if texts is not None else [s.text for s in sources]
     budget = min(room, context_tokens)
     for _ in range(4):
         texts = fit_passages(all_texts, budget, count)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Flask
 
+from flask_app.api.moorcheh.scores import cosine_floor
 from flask_app.rag.answer import AnswerConfig
 from flask_app.services import Services
 from flask_app.settings import Settings
@@ -33,6 +34,5 @@ def answer_config_of(app: Flask) -> AnswerConfig:
         context_tokens=settings.context_tokens,
         min_evidence=settings.answer_min_evidence,
         refusal_probability=settings.answer_refusal_probability,
-        min_score=settings.answer_min_score,
-        score_mapping=settings.score_mapping,
+        min_cosine=cosine_floor(settings.answer_min_score, settings.score_mapping),
     )

@@ -15,10 +15,11 @@ from flask.typing import ResponseReturnValue
 
 from flask_app import rag
 from flask_app.api.http.disconnect import client_gone_probe
-from flask_app.api.http.extensions import answer_config_of, services_of
+from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
 from flask_app.api.http.json_body import json_object, validate
 from flask_app.api.http.sse import sse
-from flask_app.api.moorcheh.routes import kiosk_threshold, parse_vector, top_k_value
+from flask_app.api.moorcheh import scores
+from flask_app.api.moorcheh.routes import kiosk_floor, parse_vector, top_k_value
 from flask_app.api.moorcheh.schemas import Answer
 from flask_app.inference.llm import LLM, ChatMessage, LLMError, LLMTimeout
 from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
@@ -39,7 +40,7 @@ def _question(body: Answer) -> rag.Question:
         query=body.query,
         query_vector=vector,
         top_k=top_k_value(body.top_k),
-        threshold=kiosk_threshold(body.kiosk_mode, body.threshold),
+        min_cosine=kiosk_floor(body.kiosk_mode, body.threshold),
         metadata=body.metadata,
         header_prompt=body.header_prompt,
         footer_prompt=body.footer_prompt,
@@ -73,12 +74,22 @@ def _open(question: rag.Question, grounding: Grounding) -> AnswerStream:
     )
 
 
+def _sources(grounding: Grounding) -> list[dict[str, Any]]:
+    mapping = settings_of(current_app).score_mapping
+    return [scores.result(hit, mapping) for hit in grounding.sources]
+
+
 def _result(
-    llm: LLM, question: rag.Question, grounding: Grounding, answer: AnswerStream, text: str
+    llm: LLM,
+    question: rag.Question,
+    grounding: Grounding,
+    sources: list[dict[str, Any]],
+    answer: AnswerStream,
+    text: str,
 ) -> dict[str, Any]:
-    """The answer body (also the stream's `done` data; built outside the request)."""
-    refused = answer.refused
-    sources = [] if refused else [s.as_result() for s in grounding.sources]
+    """The answer body (also the stream's `done` data, built after the request
+    context is gone: `sources` come rendered)."""
+    sources = [] if answer.refused else sources
     body: dict[str, Any] = {
         "answer": text,
         "query": question.query,
@@ -103,7 +114,7 @@ def answer() -> ResponseReturnValue:
     assert llm is not None
     with _open(question, grounding) as stream:
         text = "".join(stream)
-    return jsonify(_result(llm, question, grounding, stream, text))
+    return jsonify(_result(llm, question, grounding, _sources(grounding), stream, text))
 
 
 @blueprint.post("/answer/stream")
@@ -113,10 +124,11 @@ def answer_stream() -> ResponseReturnValue:
     assert llm is not None
     # Take the model (or fail with 503) before the response starts.
     stream = _open(question, grounding)
+    sources = _sources(grounding)
     meta = {
         "model": llm.model_id,
         "context_count": len(grounding.sources),
-        "sources": [s.as_result() for s in grounding.sources],
+        "sources": sources,
         "query": question.query,
     }
 
@@ -135,7 +147,7 @@ def answer_stream() -> ResponseReturnValue:
             return
         finally:
             stream.close()  # also runs when the client disconnects (GeneratorExit)
-        yield sse("done", _result(llm, question, grounding, stream, "".join(parts)))
+        yield sse("done", _result(llm, question, grounding, sources, stream, "".join(parts)))
 
     response = Response(
         events(),

@@ -20,7 +20,9 @@ from flask_app import rag, simcore
 from flask_app.api.http.extensions import services_of, settings_of
 from flask_app.api.http.json_body import BadRequest, json_object, validate
 from flask_app.api.http.vectors import VectorError, check_matrix
+from flask_app.api.moorcheh import scores
 from flask_app.api.moorcheh.schemas import DeleteItems, LegacyUpload, Search, Upload, UploadItem
+from flask_app.api.moorcheh.scores import cosine_floor
 from flask_app.inference.embed import EmbeddingError
 from flask_app.services import Services
 from flask_app.store import Collection, CollectionInfo, CollectionUnavailable
@@ -199,12 +201,16 @@ def top_k_value(value: int) -> int:
     return min(value, TOP_K_MAX)
 
 
-def kiosk_threshold(kiosk_mode: bool, threshold: float | None) -> float | None:
+def kiosk_floor(kiosk_mode: bool, threshold: float | None) -> float | None:
+    """The cosine below which kiosk mode drops a passage (its 0-1 `threshold`
+    through the server's score mapping); None without kiosk mode."""
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise BadRequest(f"threshold must be between 0 and 1 (got {threshold})")
     if kiosk_mode and threshold is None:
         raise BadRequest("threshold is required when kiosk_mode is true")
-    return threshold if kiosk_mode else None
+    if not kiosk_mode or threshold is None:
+        return None
+    return cosine_floor(threshold, settings_of(current_app).score_mapping)
 
 
 @blueprint.post("/search")
@@ -212,15 +218,16 @@ def search() -> ResponseReturnValue:
     started = time.perf_counter()
     parsed = validate(Search, json_object(request))
     k = top_k_value(parsed.top_k)
-    threshold = kiosk_threshold(parsed.kiosk_mode, parsed.threshold)
+    floor = kiosk_floor(parsed.kiosk_mode, parsed.threshold)
     collection = _edge()
     if collection.info().dimension is None:
         return jsonify(results=[], execution_time=round(time.perf_counter() - started, 6))
     vector = _query_vector(parsed.query, collection)
-    question = rag.Question(query="", top_k=k, threshold=threshold, metadata=parsed.metadata)
-    sources = rag.retrieve(collection, vector, question, settings_of(current_app).score_mapping)
+    question = rag.Question(query="", top_k=k, min_cosine=floor, metadata=parsed.metadata)
+    hits = rag.retrieve(collection, vector, question)
+    mapping = settings_of(current_app).score_mapping
     return jsonify(
-        results=[s.as_result() for s in sources],
+        results=[scores.result(h, mapping) for h in hits],
         execution_time=round(time.perf_counter() - started, 6),
     )
 
