@@ -124,7 +124,7 @@ def test_hybrid_retrieval_finds_an_exact_term_the_embedding_ranks_low(tmp_path: 
     dense_only = [h.id for h in c.search(vector, 5)]
     assert "target" not in dense_only
     found = retrieval.hybrid(c, vector, q, 5)
-    assert "target" in [p.hit.id for p in found]
-    target = next(p for p in found if p.hit.id == "target")
-    assert target.hit.text == "tbreak sets a temporary breakpoint."
-    assert -1.0 <= target.cosine <= 1.0
+    assert "target" in [h.id for h in found]
+    target = next(h for h in found if h.id == "target")
+    assert target.text == "tbreak sets a temporary breakpoint."
+    assert -1.0 <= target.score <= 1.0

@@ -17,7 +17,7 @@ question gets the best evidence line appended as a quote.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -70,7 +70,7 @@ def ground(
         collection, vector, question.query, question.top_k, metadata=question.metadata
     )
     floors = [f for f in (question.min_cosine, config.min_cosine) if f is not None]
-    candidates = [p.hit for p in passages if all(p.cosine >= f for f in floors)]
+    candidates = [hit for hit in passages if all(hit.score >= f for f in floors)]
     selection = evidence.select(
         question.query,
         [hit.text for hit in candidates],
@@ -80,15 +80,9 @@ def ground(
         return Grounding([], [], selection.best, selection.best_score, None)
     used = list(dict.fromkeys(piece.passage for piece in selection.pieces))
     renumber = {old: new for new, old in enumerate(used)}
-    pieces = [
-        evidence.Evidence(renumber[p.passage], p.start, p.end, p.text, p.score)
-        for p in selection.pieces
-    ]
-    best = selection.best
-    if best is not None and best.passage in renumber:
-        best = evidence.Evidence(
-            renumber[best.passage], best.start, best.end, best.text, best.score
-        )
+    pieces = [replace(p, passage=renumber[p.passage]) for p in selection.pieces]
+    # the best unit is always among the chosen, so its passage is in the prompt
+    best = selection.best and replace(selection.best, passage=renumber[selection.best.passage])
     sources = [candidates[i] for i in used]
     blocks = [" … ".join(p.text for p in pieces if p.passage == i) for i in range(len(used))]
     prompt = build_prompt(

@@ -3,13 +3,13 @@ collection fused by reciprocal rank, so that a passage naming the exact
 term of the question (an option, a number, a name) is found even when its
 embedding is not among the nearest.
 
-The passages come back best first with their dense cosine and their fused score.
+The passages come back best first as hits whose score is their dense cosine
+(computed for the ones only BM25 found).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,13 +22,6 @@ Vector = npt.NDArray[np.float32]
 
 # Reciprocal-rank fusion constant (the usual 60: ranks beyond a few dozen weigh little).
 RRF_K = 60
-
-
-@dataclass(frozen=True)
-class Passage:
-    hit: Hit
-    cosine: float  # dense similarity with the question
-    fused: float  # reciprocal-rank fusion score, higher is better
 
 
 def lexical_words(question: str) -> list[str]:
@@ -48,7 +41,7 @@ def hybrid(
     *,
     metadata: Mapping[str, Any] | None = None,
     depth: int = 30,
-) -> list[Passage]:
+) -> list[Hit]:
     """The k best passages by fused dense + BM25 rank, each ranking `depth` deep."""
     dense = collection.search(vector, depth, metadata=metadata)
     lexical = collection.lexical_search(lexical_words(question), depth, metadata=metadata)
@@ -65,10 +58,8 @@ def hybrid(
     out = []
     for item_id in best:
         if item_id in by_id:
-            out.append(Passage(by_id[item_id], by_id[item_id].score, fused[item_id]))
+            out.append(by_id[item_id])
         elif item_id in rows:
-            row, cosine = rows[item_id], cosines.get(item_id, 0.0)
-            out.append(
-                Passage(Hit(item_id, cosine, row.text, row.metadata), cosine, fused[item_id])
-            )
+            row = rows[item_id]
+            out.append(Hit(item_id, cosines.get(item_id, 0.0), row.text, row.metadata))
     return out
