@@ -250,3 +250,12 @@ def test_nan_rows_never_rank_first_and_huge_k_does_not_abort() -> None:
     index.upsert(["a", "b"], np.eye(4, dtype=np.float32)[:2])
     ids, _ = index.search(np.ones(4, dtype=np.float32), 100_000, mode="int8", oversample=10**9)
     assert sorted(ids) == ["a", "b"]
+
+
+def test_a_query_with_huge_components_still_finds_its_match(tmp_path: Path) -> None:
+    """Normalised in float32, [1e30, ...] overflowed to a zero query."""
+    c = Collection(tmp_path / "c")
+    v = np.eye(4, dtype=np.float32)
+    c.upsert(["a", "b", "c", "d"], v, ["t"] * 4, [None] * 4, mode="vector", embedding_model=None)
+    hits = c.search(np.array([0.0, 0.0, 1e30, 1.0], dtype=np.float32), 1)
+    assert hits[0].id == "c" and hits[0].score > 0.99

@@ -139,8 +139,9 @@ def _meta_rows(
 # this many: its cost (one rewrite of the live rows) is then amortised over at
 # least as many writes, and scans never read more than twice the live rows.
 COMPACT_MIN_DEAD = 1024
-# A WAL larger than this is checkpointed and truncated after a write.
-WAL_TRUNCATE_BYTES = 8 << 20
+# The WAL is checkpointed every ~8 MB (2048 pages) and cut back to this size
+# after a checkpoint, so it never grows without bound.
+WAL_LIMIT_BYTES = 8 << 20
 
 
 class Collection:
@@ -176,9 +177,8 @@ class Collection:
             )
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            # Batches are large (a redo record holds the batch's vectors): let the
-            # WAL grow past the 4 MB default; `_trim_wal` truncates it after writes.
-            db.execute("PRAGMA wal_autocheckpoint=16384")
+            db.execute(f"PRAGMA wal_autocheckpoint={WAL_LIMIT_BYTES // 4096}")  # 4 KiB pages
+            db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
             self._local.db = db
         return db
 
@@ -209,15 +209,6 @@ class Collection:
             if db.in_transaction:  # the body failed, or COMMIT itself did (disk full, I/O)
                 db.execute("ROLLBACK")
             raise
-
-    def _trim_wal(self) -> None:
-        wal = self.path / "rows.sqlite-wal"
-        try:
-            size = wal.stat().st_size
-        except FileNotFoundError:
-            return
-        if size > WAL_TRUNCATE_BYTES:
-            self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _backfill_text_index(self) -> None:
         """Collections written before the text index existed get it once."""
@@ -415,12 +406,8 @@ class Collection:
                 }
             self._apply(lambda: index.upsert(list(ids), vectors))
             self._count += new
-            self._after_write(index)
+            self._maybe_compact(index)
             return self._count
-
-    def _after_write(self, index: simcore.Index) -> None:
-        self._maybe_compact(index)
-        self._trim_wal()
 
     def _check_settings(self, mode: str, dim: int, embedding_model: str | None) -> None:
         s = self._settings
@@ -463,7 +450,7 @@ class Collection:
                     )
                 self._apply(lambda: index.delete(found))
                 self._count -= len(found)
-                self._after_write(index)
+                self._maybe_compact(index)
             return len(found), missing
 
     def matching_ids(self, metadata: Mapping[str, MetadataValue]) -> list[str]:
@@ -490,8 +477,8 @@ class Collection:
             if self._index is None:
                 return []
             index = self._index
-            norm = float(np.linalg.norm(query))
-            q = (query / norm).astype(np.float32) if norm > 0 else query
+            unit, bad = unit_rows(query.reshape(1, -1))
+            q = query if bad is not None else unit[0]  # float64 norm: 1e30 does not overflow
             allow = self.matching_ids(metadata) if metadata else None
             if allow is not None and not allow:
                 return []
