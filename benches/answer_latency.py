@@ -27,7 +27,9 @@ import sseclient
 from flask_app import rag
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
+from flask_app.inference.llm import Sampling
 from flask_app.rag.answer import ground
+from flask_app.rag.retrieval import StoredCollection
 from flask_app.services import load_services
 from flask_app.settings import Settings
 from tests.http_client import serve_in_thread
@@ -116,9 +118,10 @@ def main() -> None:
             collection = services.store.edge()
             ratios, direct_ms, server_ms = [], [], []
             for q in QUESTIONS[: args.repeats]:
-                question = rag.Question(query=q, top_k=3, temperature=0.0)
+                question = rag.Question(query=q, top_k=3, sampling=Sampling(temperature=0.0))
                 vector = rag.query_vector(collection, question, services.embedder)
-                grounding = ground(llm, collection, vector, question, answer_config_of(app))
+                retriever = StoredCollection(collection, vector)
+                grounding = ground(llm, retriever, question, answer_config_of(app))
                 assert grounding.prompt is not None
                 text = backend.render(grounding.prompt.messages)
                 llama.reset()

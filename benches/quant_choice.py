@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from flask_app.inference.llm import ChatMessage, LlamaBackend
+from flask_app.inference.llm import ChatMessage, LlamaBackend, Sampling
 from flask_app.inference.pull import LLM_VARIANTS
 from flask_app.settings import Settings
 
@@ -118,7 +118,9 @@ def generation_speed(backend: LlamaBackend, repeats: int) -> float:
     for _ in range(repeats):
         first = None
         count = 0
-        for _piece in backend.generate(prompt, max_tokens=96, temperature=0.0, probe=None):
+        for _piece in backend.generate(
+            prompt, max_tokens=96, sampling=Sampling(temperature=0.0), probe=None
+        ):
             count += 1
             if first is None:
                 first = time.perf_counter()
@@ -136,7 +138,12 @@ def accuracy(backend: LlamaBackend) -> dict[str, float]:
             {"role": "user", "content": f"Document: {document}\n\nQuestion: {question}"},
         ]
         reply = "".join(
-            backend.generate(backend.render(messages), max_tokens=48, temperature=0.0, probe=None)
+            backend.generate(
+                backend.render(messages),
+                max_tokens=48,
+                sampling=Sampling(temperature=0.0),
+                probe=None,
+            )
         ).lower()
         if expected is None:
             n_unans += 1

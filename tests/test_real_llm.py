@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from flask_app.inference.llm import LLM, ChatMessage, LlamaBackend, LLMOverloaded
+from flask_app.inference.llm import LLM, ChatMessage, LlamaBackend, LLMOverloaded, Sampling
 from flask_app.settings import Settings
 
 pytestmark = pytest.mark.real_model
@@ -42,7 +42,7 @@ def test_streams_a_short_grounded_answer(llm: LLM) -> None:
     messages = ask(
         "Fact: the Harlow Bridge opened in 1998. In which year did the Harlow Bridge open?"
     )
-    with llm.stream(messages, max_tokens=16, temperature=0.0) as tokens:
+    with llm.stream(messages, max_tokens=16, sampling=Sampling(temperature=0.0)) as tokens:
         pieces = list(tokens)
     assert len(pieces) >= 2
     assert "1998" in "".join(pieces)
@@ -56,7 +56,7 @@ def test_token_counting(llm: LLM) -> None:
 
 def _time_to_first_token(llm: LLM, messages: list[ChatMessage]) -> float:
     start = time.perf_counter()
-    with llm.stream(messages, max_tokens=2, temperature=0.0) as tokens:
+    with llm.stream(messages, max_tokens=2, sampling=Sampling(temperature=0.0)) as tokens:
         next(tokens)
         return time.perf_counter() - start
 
@@ -70,7 +70,9 @@ def test_stable_system_prompt_is_reused_from_the_kv_cache(llm: LLM) -> None:
 
 
 def test_queue_overflow_under_contention(llm: LLM) -> None:
-    holder = llm.stream(ask("Count from one to fifty."), max_tokens=64, temperature=0.0)
+    holder = llm.stream(
+        ask("Count from one to fifty."), max_tokens=64, sampling=Sampling(temperature=0.0)
+    )
     next(holder)
     waiter_done = threading.Event()
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from flask_app.inference.embed import Vectors, check_lengths, normalise
-from flask_app.inference.llm import ChatMessage, FirstTokenProbe
+from flask_app.inference.llm import ChatMessage, FirstTokenProbe, Sampling
 
 
 class ScriptedBackend:
@@ -39,6 +39,7 @@ class ScriptedBackend:
         self._model_id = model_id
         self._n_ctx = n_ctx
         self.prompts: list[str] = []
+        self.samplings: list[Sampling] = []
         self.closed_early = 0
 
     @property
@@ -56,9 +57,10 @@ class ScriptedBackend:
         return "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages) + "<|assistant|>\n"
 
     def generate(
-        self, prompt: str, *, max_tokens: int, temperature: float, probe: FirstTokenProbe | None
+        self, prompt: str, *, max_tokens: int, sampling: Sampling, probe: FirstTokenProbe | None
     ) -> Iterator[str]:
         self.prompts.append(prompt)
+        self.samplings.append(sampling)
         if probe is not None:
             probe.probability = self.refusal_probability
         reply = self._reply(prompt) if callable(self._reply) else self._reply

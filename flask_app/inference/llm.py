@@ -78,12 +78,24 @@ class Backend(Protocol):
         ...
 
     def generate(
-        self, prompt: str, *, max_tokens: int, temperature: float, probe: FirstTokenProbe | None
+        self, prompt: str, *, max_tokens: int, sampling: Sampling, probe: FirstTokenProbe | None
     ) -> Iterator[str]:
         """Text deltas for `prompt`; closing the iterator stops generation. With
         a `probe`, sets `probe.probability` from the first step's distribution
         before the first delta is yielded."""
         ...
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How tokens are drawn. `top_k` 0 = no top-k cut; penalties as in OpenAI's API."""
+
+    temperature: float = 0.2
+    top_p: float = 0.95
+    top_k: int = 40
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
 
 
 @dataclass
@@ -159,7 +171,7 @@ class LlamaBackend:
         return str(rendered.prompt)
 
     def generate(
-        self, prompt: str, *, max_tokens: int, temperature: float, probe: FirstTokenProbe | None
+        self, prompt: str, *, max_tokens: int, sampling: Sampling, probe: FirstTokenProbe | None
     ) -> Iterator[str]:
         # llama-cpp-python reuses the KV cache for the longest prefix shared with
         # the previous prompt, so a stable system prompt is evaluated only once.
@@ -182,7 +194,12 @@ class LlamaBackend:
             self._llama.create_completion(
                 prompt,
                 max_tokens=max_tokens,
-                temperature=temperature,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k,
+                presence_penalty=sampling.presence_penalty,
+                frequency_penalty=sampling.frequency_penalty,
+                stop=list(sampling.stop) or None,
                 stream=True,
                 logits_processor=processors,
             ),
@@ -352,7 +369,7 @@ class LLM:
         messages: Sequence[ChatMessage],
         *,
         max_tokens: int = 256,
-        temperature: float = 0.2,
+        sampling: Sampling = Sampling(),
         timeout: float | None = None,
         probe: FirstTokenProbe | None = None,
         abandoned: Callable[[], bool] | None = None,
@@ -370,7 +387,7 @@ class LLM:
         self.gate.acquire(deadline, abandoned)
         try:
             tokens = self.backend.generate(
-                prompt, max_tokens=max_tokens, temperature=temperature, probe=probe
+                prompt, max_tokens=max_tokens, sampling=sampling, probe=probe
             )
         except Exception as exc:
             self.gate.release(0.0)
@@ -382,10 +399,10 @@ class LLM:
         messages: Sequence[ChatMessage],
         *,
         max_tokens: int = 256,
-        temperature: float = 0.2,
+        sampling: Sampling = Sampling(),
         timeout: float | None = None,
     ) -> str:
         with self.stream(
-            messages, max_tokens=max_tokens, temperature=temperature, timeout=timeout
+            messages, max_tokens=max_tokens, sampling=sampling, timeout=timeout
         ) as tokens:
             return "".join(tokens)

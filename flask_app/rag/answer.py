@@ -1,11 +1,13 @@
 """Grounded answers: hybrid retrieval → evidence units → a short prompt →
 generation gated by the model's own refusal probability.
 
-    grounding = ground(llm, collection, vector, question, config)
+    grounding = ground(llm, retriever, question, config)
     with open_answer(llm, grounding, question, config) as answer:
         for delta in answer: ...
 
-The answer is the fixed no-information sentence, without generating, when no
+`retriever` is a stored collection or the documents of one request
+(`rag.retrieval`); `question.form` says how the surface wants the model
+asked and refusals worded. The answer is the refusal, without generating, when no
 evidence unit covers enough of the question (`min_evidence`), and instead of
 generating when the first token's distribution gives the refusal more than
 `refusal_probability` × the evidence score (read from the answer's own prompt:
@@ -19,9 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-import numpy as np
-import numpy.typing as npt
-
 from flask_app.inference.llm import LLM, FirstTokenProbe, TokenStream
 from flask_app.rag import evidence, prompts, retrieval
 from flask_app.rag.pipeline import (
@@ -32,9 +31,7 @@ from flask_app.rag.pipeline import (
     clean_stream,
 )
 from flask_app.rag.text import STOPWORDS, terms
-from flask_app.store import Collection, Hit
-
-Vector = npt.NDArray[np.float32]
+from flask_app.store import Hit
 
 
 @dataclass(frozen=True)
@@ -46,6 +43,10 @@ class AnswerConfig:
     refusal_probability: float = 0.1
     min_cosine: float | None = None  # passages less similar than this are not used
     evidence_units: int = 3
+    # False: the prompt holds the chosen passages whole, not just their evidence
+    evidence_only: bool = True
+    # True: with no passages at all but a conversation, the model answers from it
+    answer_from_history: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,22 +58,35 @@ class Grounding:
     prompt: Prompt | None  # None: too little evidence, the answer is the fixed sentence
 
 
+def _evidence_query(question: Question) -> str:
+    """The question, preceded by the previous one in a conversation (a
+    follow-up's "it" is found in the turn before)."""
+    asked = [t["content"] for t in question.chat_history if t["role"] == "user"]
+    return f"{asked[-1]} {question.query}" if asked else question.query
+
+
 def ground(
     llm: LLM | None,
-    collection: Collection,
-    vector: Vector,
+    retriever: retrieval.Retriever,
     question: Question,
     config: AnswerConfig,
 ) -> Grounding:
     if llm is None:
         raise LLMNotConfigured()
-    passages = retrieval.hybrid(
-        collection, vector, question.query, question.top_k, metadata=question.metadata
-    )
+    passages = retriever.passages(question.query, question.top_k)
     floors = [f for f in (question.min_cosine, config.min_cosine) if f is not None]
     candidates = [hit for hit in passages if all(hit.score >= f for f in floors)]
+    if not candidates and config.answer_from_history and question.chat_history:
+        prompt = build_prompt(
+            llm,
+            question,
+            [],
+            answer_tokens=config.max_tokens,
+            context_tokens=config.context_tokens,
+        )
+        return Grounding([], [], None, 0.0, prompt)
     selection = evidence.select(
-        question.query,
+        _evidence_query(question),
         [hit.text for hit in candidates],
         evidence.Scoring(units_wanted=config.evidence_units),
     )
@@ -84,7 +98,10 @@ def ground(
     # the best unit is always among the chosen, so its passage is in the prompt
     best = selection.best and replace(selection.best, passage=renumber[selection.best.passage])
     sources = [candidates[i] for i in used]
-    blocks = [" … ".join(p.text for p in pieces if p.passage == i) for i in range(len(used))]
+    if config.evidence_only:
+        blocks = [" … ".join(p.text for p in pieces if p.passage == i) for i in range(len(used))]
+    else:
+        blocks = [hit.text for hit in sources]
     prompt = build_prompt(
         llm,
         question,
@@ -129,24 +146,27 @@ class AnswerStream:
         self.refused = tokens is None
 
     def __iter__(self) -> Iterator[str]:
+        form = self._question.form
         if self._tokens is None:
-            yield prompts.NO_CONTEXT_ANSWER
+            yield form.refusal
             return
         parts: list[str] = []
         for delta in clean_stream(self._tokens):
-            if not parts and self._probe is not None:
+            if not parts and self._probe is not None and self._grounding.sources:
                 self.refusal_probability = self._probe.probability
                 limit = self._config.refusal_probability * self._grounding.evidence_score
                 if (self.refusal_probability or 0.0) > limit:
                     self._tokens.close()
                     self.refused = True
-                    yield prompts.NO_CONTEXT_ANSWER
+                    yield form.refusal
                     return
             parts.append(delta)
             yield delta
         text = "".join(parts)
         best = self._grounding.best
-        if best is not None and (not text.strip() or restates(text, self._question.query)):
+        if not form.quote_restatements or best is None:
+            return
+        if not text.strip() or restates(text, self._question.query):
             yield prompts.quote_suffix(best.text, bool(text.strip()))
 
     def close(self) -> None:
@@ -173,11 +193,12 @@ def open_answer(
         raise LLMNotConfigured()
     if grounding.prompt is None:
         return AnswerStream(None, None, grounding, question, config)
-    probe = FirstTokenProbe(prompts.REFUSAL_STARTS)
+    starts = question.form.refusal_starts
+    probe = FirstTokenProbe(starts) if starts else None
     tokens = llm.stream(
         grounding.prompt.messages,
         max_tokens=config.max_tokens,
-        temperature=question.temperature,
+        sampling=question.sampling,
         probe=probe,
         abandoned=abandoned,
     )

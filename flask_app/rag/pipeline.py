@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from flask_app.inference.embed import Embedder, EmbeddingError
-from flask_app.inference.llm import LLM, ChatMessage
+from flask_app.inference.llm import LLM, ChatMessage, Sampling
 from flask_app.rag import prompts
 from flask_app.store import Collection, Hit
 
@@ -56,7 +56,8 @@ class Question:
     header_prompt: str | None = None
     footer_prompt: str | None = None
     chat_history: Sequence[ChatMessage] = field(default_factory=list)
-    temperature: float = 0.2
+    sampling: Sampling = field(default_factory=Sampling)
+    form: prompts.AnswerForm = prompts.DEFAULT_FORM
 
 
 @dataclass(frozen=True)
@@ -160,13 +161,19 @@ def cut_to_tokens(text: str, limit: int, count: Callable[[str], int]) -> str:
     return " ".join(words[:lo])
 
 
-def fit_passages(texts: Sequence[str], budget: int, count: Callable[[str], int]) -> list[str]:
-    """Passages in order while they fit in `budget` tokens; the first that does
-    not fit is cut on a sentence boundary and ends the list."""
+def fit_passages(
+    texts: Sequence[str],
+    budget: int,
+    count: Callable[[str], int],
+    labels: Sequence[str] | None = None,
+) -> list[str]:
+    """Passages in order while they fit in `budget` tokens (with their labels);
+    the first that does not fit is cut on a sentence boundary and ends the list."""
     out: list[str] = []
     used = 0
     for i, text in enumerate(texts, 1):
-        overhead = count(f"Document {i}:\n\n\n")
+        label = labels[i - 1] if labels is not None else f"Document {i}:"
+        overhead = count(f"{label}\n\n\n")
         room = budget - used - overhead
         if room <= 0:
             break
@@ -185,14 +192,25 @@ def fit_passages(texts: Sequence[str], budget: int, count: Callable[[str], int])
 # --- prompt ----------------------------------------------------------------------
 
 
-def build_messages(question: Question, passages: Sequence[str]) -> list[ChatMessage]:
-    system = question.header_prompt if question.header_prompt else prompts.DEFAULT_SYSTEM_PROMPT
+def build_messages(
+    question: Question, passages: Sequence[str], sources: Sequence[Hit] | None = None
+) -> list[ChatMessage]:
+    """The chat: system prompt, history, then passages (labelled by the
+    question's form from `sources`, one per passage) and the question."""
+    form = question.form
+    system = question.header_prompt if question.header_prompt else form.system
+    if sources is None:
+        labels = [form.label(i, str(i), None) for i in range(len(passages))]
+    else:
+        labels = [form.label(i, s.id, s.metadata) for i, s in enumerate(sources[: len(passages)])]
     messages: list[ChatMessage] = [{"role": "system", "content": system}]
     messages += [{"role": m["role"], "content": m["content"]} for m in question.chat_history]
     messages.append(
         {
             "role": "user",
-            "content": prompts.user_message(passages, question.query, question.footer_prompt),
+            "content": prompts.user_message(
+                labels, passages, question.query, question.footer_prompt
+            ),
         }
     )
     return messages
@@ -245,10 +263,11 @@ def build_prompt(
             f"they do not fit the {llm.n_ctx}-token context window"
         )
     all_texts = list(texts) if texts is not None else [s.text for s in sources]
+    labels = [question.form.label(i, s.id, s.metadata) for i, s in enumerate(sources)]
     budget = min(room, context_tokens)
     for _ in range(4):
-        texts = fit_passages(all_texts, budget, count)
-        messages = build_messages(trial, texts)
+        texts = fit_passages(all_texts, budget, count, labels)
+        messages = build_messages(trial, texts, sources)
         total = llm.count_chat_tokens(messages)
         # parts and whole can tokenize a few tokens apart: the whole must fit
         overflow = total + answer_tokens - llm.n_ctx

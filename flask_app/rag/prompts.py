@@ -9,7 +9,8 @@ requests; everything that varies goes into the last user message.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 NO_CONTEXT_ANSWER = "I don't have enough information to answer that question."
 
@@ -21,22 +22,47 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-def format_passages(passages: Sequence[str]) -> str:
-    return "\n\n".join(f"Document {i}:\n{text.strip()}" for i, text in enumerate(passages, 1))
+def document_label(position: int, passage_id: str, metadata: dict[str, object] | None) -> str:
+    """The default passage label: "Document 1:", "Document 2:", ... by position."""
+    return f"Document {position + 1}:"
 
 
-def user_message(passages: Sequence[str], question: str, footer: str | None = None) -> str:
+# (position in the prompt, passage id, passage metadata) -> the line above the passage
+Label = Callable[[int, str, dict[str, object] | None], str]
+
+
+@dataclass(frozen=True)
+class AnswerForm:
+    """How a surface wants the model asked and refusals worded: its system
+    prompt, passage labels, the text of a refusal, the first words a refusal
+    starts with (read by the refusal probe; empty = no probe) and whether an
+    answer that restates the question gets the best evidence quoted."""
+
+    system: str = DEFAULT_SYSTEM_PROMPT
+    label: Label = document_label
+    refusal: str = NO_CONTEXT_ANSWER
+    refusal_starts: tuple[str, ...] = ("I", "Sorry")
+    quote_restatements: bool = True
+
+
+DEFAULT_FORM = AnswerForm()
+
+
+def format_passages(labels: Sequence[str], passages: Sequence[str]) -> str:
+    return "\n\n".join(
+        f"{label}\n{text.strip()}" for label, text in zip(labels, passages, strict=True)
+    )
+
+
+def user_message(
+    labels: Sequence[str], passages: Sequence[str], question: str, footer: str | None = None
+) -> str:
     """Passages first, then the footer instruction, then the question."""
-    parts = [format_passages(passages)]
+    parts = [format_passages(labels, passages)] if passages else []
     if footer and footer.strip():
         parts.append(footer.strip())
     parts.append(f"Question: {question.strip()}")
     return "\n\n".join(parts)
-
-
-# How a refusal starts: the first-token probability of these is the refusal
-# signal read from the answer's own generation (rag.answer).
-REFUSAL_STARTS = ("I", "Sorry")
 
 
 def quote_suffix(line: str, after_answer: bool) -> str:

@@ -1,21 +1,28 @@
-"""Hybrid retrieval: dense (embedding) and lexical (BM25) rankings of a
-collection fused by reciprocal rank, so that a passage naming the exact
-term of the question (an option, a number, a name) is found even when its
-embedding is not among the nearest.
+"""Where passages come from: a `Retriever` gives the k best for a question.
 
-The passages come back best first as hits whose score is their dense cosine
-(computed for the ones only BM25 found).
+Two kinds: `StoredCollection` (hybrid retrieval: dense and BM25 rankings of a
+collection fused by reciprocal rank, so that a passage naming the exact term
+of the question (an option, a number, a name) is found even when its
+embedding is not among the nearest) and `RequestDocuments` (the documents one
+request carries: embedded by the server's embedder, ranked by
+`simcore.top_k` fused with term overlap, never stored).
+
+Passages come back best first as hits whose score is their dense cosine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from flask_app.rag.text import STOPWORDS, words
+from flask_app import simcore
+from flask_app.inference.embed import Embedder
+from flask_app.rag.pipeline import cut_to_tokens
+from flask_app.rag.text import STOPWORDS, term_set, terms, words
 from flask_app.store import Collection, Hit
 
 Vector = npt.NDArray[np.float32]
@@ -63,3 +70,76 @@ def hybrid(
             row = rows[item_id]
             out.append(Hit(item_id, cosines.get(item_id, 0.0), row.text, row.metadata))
     return out
+
+
+class Retriever(Protocol):
+    def passages(self, question: str, k: int) -> list[Hit]:
+        """The k best passages for `question`, best first."""
+        ...
+
+
+@dataclass(frozen=True)
+class StoredCollection:
+    """A stored collection, searched with the question's vector."""
+
+    collection: Collection
+    vector: Vector
+    metadata: Mapping[str, Any] | None = None
+
+    def passages(self, question: str, k: int) -> list[Hit]:
+        if self.collection.info().dimension is None:
+            return []
+        return hybrid(self.collection, self.vector, question, k, metadata=self.metadata)
+
+
+@dataclass(frozen=True)
+class Document:
+    text: str
+    metadata: dict[str, Any] | None = None
+
+
+def _fuse(*rankings: Sequence[int]) -> list[int]:
+    fused: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, i in enumerate(ranking):
+            fused[i] = fused.get(i, 0.0) + 1.0 / (RRF_K + rank + 1)
+    return sorted(fused, key=lambda i: (-fused[i], i))
+
+
+class RequestDocuments:
+    """The documents of one request; hit ids are their positions ("0", "1", ...).
+
+    When all of them are wanted they come back in their own order without
+    being embedded (score 0); otherwise dense ranking (each document embedded
+    up to the embedder's token limit) is fused with term overlap.
+    """
+
+    def __init__(self, documents: Sequence[Document], embedder: Embedder | None) -> None:
+        self.documents = list(documents)
+        self.embedder = embedder
+
+    def _hit(self, i: int, score: float) -> Hit:
+        doc = self.documents[i]
+        return Hit(str(i), score, doc.text, doc.metadata)
+
+    def passages(self, question: str, k: int) -> list[Hit]:
+        n = len(self.documents)
+        if k >= n:
+            return [self._hit(i, 0.0) for i in range(n)]
+        wanted = set(terms(question)) - STOPWORDS
+        overlap = [len(wanted & term_set(d.text)) for d in self.documents]
+        lexical = sorted(range(n), key=lambda i: (-overlap[i], i))
+        if self.embedder is None:
+            return [self._hit(i, 0.0) for i in lexical[:k]]
+        embedder = self.embedder
+        limit = embedder.max_tokens - 2  # room for the model's [CLS] and [SEP]
+        texts = [
+            cut_to_tokens(d.text, limit, embedder.count_tokens) or d.text[:200]
+            for d in self.documents
+        ]
+        rows = embedder.embed(texts)
+        query = embedder.embed([question])[0]
+        order, cosines = simcore.top_k(rows, query, n)
+        dense = [int(i) for i in order]
+        score = {int(i): float(c) for i, c in zip(order, cosines, strict=True)}
+        return [self._hit(i, score[i]) for i in _fuse(dense, lexical)[:k]]

@@ -21,8 +21,9 @@ from flask_app.api.http.sse import sse
 from flask_app.api.moorcheh import scores
 from flask_app.api.moorcheh.routes import kiosk_floor, parse_vector, top_k_value
 from flask_app.api.moorcheh.schemas import Answer
-from flask_app.inference.llm import LLM, ChatMessage, LLMError, LLMTimeout
+from flask_app.inference.llm import LLM, ChatMessage, LLMError, LLMTimeout, Sampling
 from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
+from flask_app.rag.retrieval import StoredCollection
 
 blueprint = Blueprint("moorcheh_answer", __name__)
 
@@ -45,7 +46,9 @@ def _question(body: Answer) -> rag.Question:
         header_prompt=body.header_prompt,
         footer_prompt=body.footer_prompt,
         chat_history=history,
-        temperature=DEFAULT_TEMPERATURE if body.temperature is None else body.temperature,
+        sampling=Sampling(
+            temperature=DEFAULT_TEMPERATURE if body.temperature is None else body.temperature
+        ),
     )
 
 
@@ -60,7 +63,8 @@ def _prepare() -> tuple[rag.Question, Grounding]:
         return question, Grounding([], [], None, 0.0, None)
     vector = rag.query_vector(collection, question, services.embedder)
     config = answer_config_of(current_app)
-    return question, ground(services.llm, collection, vector, question, config)
+    retriever = StoredCollection(collection, vector, question.metadata)
+    return question, ground(services.llm, retriever, question, config)
 
 
 def _open(question: rag.Question, grounding: Grounding) -> AnswerStream:
