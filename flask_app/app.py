@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from flask import Flask
 
-from flask_app.api.http import admission, extensions
+from flask_app.api.http import admission, errors, extensions
 from flask_app.api.http.json_body import OrjsonProvider
+from flask_app.api.lucidworks import routes as lucidworks
 from flask_app.api.moorcheh import answer as moorcheh_answer
-from flask_app.api.moorcheh import errors
+from flask_app.api.moorcheh import errors as moorcheh_errors
 from flask_app.api.moorcheh import routes as moorcheh
 from flask_app.services import Services, load_services
 from flask_app.settings import Settings
@@ -21,6 +22,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     extensions.install(app, settings, services if services is not None else load_services(settings))
     app.register_blueprint(moorcheh.blueprint)
     app.register_blueprint(moorcheh_answer.blueprint)
-    errors.register(app)
+    errors.install(app, moorcheh_errors.render)
+    lucidworks.install(app)
     admission.install(app)
     return app

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from flask_app.inference.embed import Embedder, LlamaEmbedder
 from flask_app.inference.llm import LLM, LlamaBackend
+from flask_app.rag.jobs import Jobs
 from flask_app.settings import Settings
 from flask_app.store import Store
 
@@ -22,6 +23,7 @@ class Services:
     store: Store
     llm: LLM | None
     embedder: Embedder | None
+    jobs: Jobs | None = None  # async work, created with the app when not given
 
 
 def _require(path_desc: str, path: object) -> None:

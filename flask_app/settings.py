@@ -117,6 +117,12 @@ class Settings:
         default=1024,
         metadata=_help("most tokens of retrieved passages in a prompt (the latency budget)"),
     )
+    memory_turns: int = field(
+        default=10, metadata=_help("turns a conversation memory (memoryUuid) keeps")
+    )
+    memory_ttl_hours: float = field(
+        default=24.0, metadata=_help("hours a conversation memory is kept after its last use")
+    )
     max_items: int = field(
         default=10_000, metadata=_help("item cap of the moorcheh-edge store; 0 means no cap")
     )
@@ -148,6 +154,8 @@ class Settings:
             (1 <= self.max_tokens < self.n_ctx, "max_tokens must be 1..n_ctx-1"),
             (self.quant in ("q4_0", "q4_k_m"), "quant must be q4_0 or q4_k_m"),
             (self.max_items >= 0, "max_items must be >= 0"),
+            (self.memory_turns >= 1, "memory_turns must be >= 1"),
+            (self.memory_ttl_hours > 0, "memory_ttl_hours must be > 0"),
             (self.context_tokens >= 16, "context_tokens must be >= 16"),
             (0.0 <= self.answer_min_score <= 1.0, "answer_min_score must be 0..1"),
             (0.0 <= self.answer_min_evidence <= 1.0, "answer_min_evidence must be 0..1"),

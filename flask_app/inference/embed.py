@@ -55,6 +55,10 @@ class Embedder(Protocol):
 
     def count_tokens(self, text: str) -> int: ...
 
+    def tokens(self, text: str) -> list[str]:
+        """The tokens the model sees, WordPiece-style ("[CLS]", "token", "##ization")."""
+        ...
+
     def embed(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> Vectors:
         """One unit-length row per text; `ids` name the texts in errors."""
         ...
@@ -136,6 +140,22 @@ class LlamaEmbedder:
     def count_tokens(self, text: str) -> int:
         """Tokens including the [CLS]/[SEP] the model adds."""
         return len(self._llama.tokenize(text.strip().encode("utf-8"), add_bos=True))
+
+    def tokens(self, text: str) -> list[str]:
+        import llama_cpp
+
+        vocab = self._llama._model.vocab
+        out = []
+        for token in self._llama.tokenize(text.strip().encode("utf-8"), add_bos=True):
+            piece = llama_cpp.llama_token_get_text(vocab, token).decode("utf-8", "replace")
+            # the GGUF marks word starts with "▁"; BERT marks continuations with "##"
+            if piece.startswith("\u2581"):
+                out.append(piece[1:])
+            elif piece.startswith("[") and piece.endswith("]"):
+                out.append(piece)
+            else:
+                out.append("##" + piece)
+        return out
 
     def embed(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> Vectors:
         check_lengths(self, texts, ids)

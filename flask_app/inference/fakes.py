@@ -106,6 +106,9 @@ class HashEmbedder:
     def count_tokens(self, text: str) -> int:
         return len(self._words(text)) + 2
 
+    def tokens(self, text: str) -> list[str]:
+        return ["[CLS]", *self._words(text), "[SEP]"]
+
     def _word_vector(self, word: str) -> Vectors:
         seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "little")
         return np.random.default_rng(seed).standard_normal(self._dim).astype(np.float32)

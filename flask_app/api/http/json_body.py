@@ -21,6 +21,10 @@ class BadRequest(Exception):
         self.status = status
 
 
+class MalformedJSON(BadRequest):
+    """The body is not JSON at all (empty, or a syntax error)."""
+
+
 class OrjsonProvider(JSONProvider):
     """Flask JSON through orjson (compact output, as the SSE clients expect)."""
 
@@ -40,11 +44,11 @@ def json_object(request: Request) -> dict[str, Any]:
         )
     raw = request.get_data(cache=False)
     if not raw.strip():
-        raise BadRequest("request body is empty; expected a JSON object")
+        raise MalformedJSON("request body is empty; expected a JSON object")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"invalid JSON: {exc}") from None
+        raise MalformedJSON(f"invalid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
     return body

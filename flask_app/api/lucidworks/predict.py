@@ -1,0 +1,198 @@
+"""One RAG prediction request, end to end, outside any HTTP request (the
+sync route, the stream and the async worker all call it): each batch item is
+answered from its own documents through the shared pipeline, in input order.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from flask_app import rag
+from flask_app.api.lucidworks import output
+from flask_app.api.lucidworks.schemas import ModelConfig, RagRequest
+from flask_app.inference.llm import ChatMessage, Sampling
+from flask_app.rag.answer import AnswerConfig, ground, open_answer
+from flask_app.rag.memory import Conversations, Turn, as_history
+from flask_app.rag.retrieval import Document, RequestDocuments
+from flask_app.services import Services
+
+# Documents per item that evidence is looked for in (more are ranked first).
+MAX_RANKED = 20
+
+# Generation defaults when modelConfig leaves a field out. Lucidworks' hosted
+# models default to temperature 0.7 and topP 1.0; the 0.5B local model drifts
+# from the output contract at that temperature, so the local default is 0.2.
+DEFAULT_SAMPLING = Sampling(temperature=0.2, top_p=0.95, top_k=40)
+
+
+class UnknownModel(LookupError):
+    pass
+
+
+class InputTooLong(rag.RagError):
+    def __init__(self) -> None:
+        super().__init__("Input exceeds the model context length")
+
+
+@dataclass(frozen=True)
+class Surface:
+    """What a prediction needs: the models, the answer settings, the memory."""
+
+    services: Services
+    config: AnswerConfig
+    conversations: Conversations
+
+
+def sampling(config: ModelConfig) -> Sampling:
+    d = DEFAULT_SAMPLING
+    return Sampling(
+        temperature=d.temperature if config.temperature is None else float(config.temperature),
+        top_p=d.top_p if config.topP is None else float(config.topP),
+        top_k=d.top_k if config.topK is None else max(0, config.topK),  # -1: off
+        presence_penalty=float(config.presencePenalty or 0.0),
+        frequency_penalty=float(config.frequencyPenalty or 0.0),
+    )
+
+
+def _documents(item: Any) -> list[Document]:
+    return [
+        Document(
+            d.body,
+            {"title": d.title, "date": d.date, "source": d.source},
+        )
+        for d in item.documents
+    ]
+
+
+# (batch index, answer-text delta) as the answer streams
+OnDelta = Callable[[int, str], None]
+
+
+def predict_rag(
+    surface: Surface,
+    request: RagRequest,
+    *,
+    on_delta: OnDelta | None = None,
+    abandoned: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
+    """The `{"predictions": [...]}` body for a validated RAG request."""
+    llm = surface.services.llm
+    if llm is None:
+        raise rag.LLMNotConfigured()
+    use = request.useCaseConfig
+    memory = use.memoryUuid or str(uuid.uuid4())
+    not_found = use.answerNotFoundMessage or output.DEFAULT_NOT_FOUND
+    history: list[ChatMessage] = as_history(surface.conversations.turns(memory))
+    config = replace(
+        surface.config,
+        evidence_only=use.extractRelevantContent,
+        answer_from_history=True,
+        max_tokens=request.modelConfig.maxTokens or surface.config.max_tokens,
+    )
+    if config.max_tokens >= llm.n_ctx:
+        raise InputTooLong()
+    form = output.answer_form(not_found)
+    draw = sampling(request.modelConfig)
+    predictions: list[dict[str, Any]] = []
+    turns: list[Turn] = []
+    for index, item in enumerate(request.batch):
+        documents = _documents(item)
+        question = rag.Question(
+            query=item.text,
+            top_k=min(len(documents), MAX_RANKED),
+            chat_history=history,
+            sampling=draw,
+            form=form,
+        )
+        retriever = RequestDocuments(documents, surface.services.embedder)
+        try:
+            grounding = ground(llm, retriever, question, config)
+        except rag.ContextOverflow:
+            raise InputTooLong() from None
+        deltas = output.AnswerDeltas()
+        parts: list[str] = []
+        with open_answer(llm, grounding, question, config, abandoned=abandoned) as stream:
+            for delta in stream:
+                parts.append(delta)
+                if on_delta is not None and (text := deltas.feed(delta)):
+                    on_delta(index, text)
+        raw = "".join(parts)
+        parsed = output.parse(raw, [d.source for d in item.documents], not_found)
+        if on_delta is not None and (rest := deltas.finish(parsed.answer)):
+            on_delta(index, rest)
+        asked = grounding.prompt is not None and not stream.refused
+        prompt_tokens = grounding.prompt.prompt_tokens if grounding.prompt else 0
+        completion = llm.count_tokens(raw) if asked else 0
+        prediction: dict[str, Any] = {
+            "tokensUsed": {
+                "promptTokens": prompt_tokens if asked else 0,
+                "completionTokens": completion,
+                "totalTokens": (prompt_tokens if asked else 0) + completion,
+            },
+            "answer": parsed.answer,
+            "answerFound": parsed.found,
+            "sources": parsed.sources,
+            "memoryUuid": memory,
+            "response": raw,
+        }
+        if not parsed.found:
+            prediction["answerNotFoundMessage"] = not_found
+        predictions.append(prediction)
+        turns.append(Turn(item.text, raw, parsed.answer, parsed.sources))
+    surface.conversations.append(memory, turns)
+    return {"predictions": predictions}
+
+
+REWRITE_SYSTEM = (
+    "Rewrite the user's follow-up question so that it can be understood without the "
+    "conversation: replace words like it, they, this and that with what they refer to. "
+    "Keep it a question. Reply with the rewritten question only."
+)
+
+
+def rewrite_query(surface: Surface, request: RagRequest) -> dict[str, Any]:
+    """Standalone versions of follow-up questions, from the conversation memory."""
+    llm = surface.services.llm
+    if llm is None:
+        raise rag.LLMNotConfigured()
+    memory = request.useCaseConfig.memoryUuid
+    if memory is None:
+        raise rag.RagError("useCaseConfig.memoryUuid is required")
+    turns = surface.conversations.turns(memory)
+    predictions = []
+    for item in request.batch:
+        if not turns:  # nothing to resolve against: the question stands as it is
+            zero = {"promptTokens": 0, "completionTokens": 0, "totalTokens": 0}
+            predictions.append({"response": item.text, "tokensUsed": zero})
+            continue
+        lines = [f"User: {t.question}\nAssistant: {t.answer}" for t in turns[-4:]]
+        messages: list[ChatMessage] = [
+            {"role": "system", "content": REWRITE_SYSTEM},
+            {
+                "role": "user",
+                "content": "Conversation:\n"
+                + "\n".join(lines)
+                + f"\n\nFollow-up question: {item.text}\nStandalone question:",
+            },
+        ]
+        prompt_tokens = llm.count_chat_tokens(messages)
+        if prompt_tokens + 64 >= llm.n_ctx:
+            raise InputTooLong()
+        text = llm.chat(messages, max_tokens=64, sampling=Sampling(temperature=0.0))
+        line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), item.text)
+        line = line.removeprefix("Standalone question:").strip() or item.text
+        completion = llm.count_tokens(text)
+        predictions.append(
+            {
+                "response": line,
+                "tokensUsed": {
+                    "promptTokens": prompt_tokens,
+                    "completionTokens": completion,
+                    "totalTokens": prompt_tokens + completion,
+                },
+            }
+        )
+    return {"predictions": predictions}

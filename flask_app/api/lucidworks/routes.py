@@ -1,0 +1,188 @@
+"""Lucidworks AI routes under /ai/ (adapter only: validation and rendering
+here, the answers in `predict` and the shared pipeline)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
+from flask.typing import ResponseReturnValue
+
+from flask_app.api.http import errors as http_errors
+from flask_app.api.http.disconnect import client_gone_probe
+from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
+from flask_app.api.http.json_body import json_object
+from flask_app.api.http.sse import sse
+from flask_app.api.lucidworks import embedding, errors, models
+from flask_app.api.lucidworks.predict import Surface, predict_rag, rewrite_query
+from flask_app.api.lucidworks.schemas import RagRequest, TextRequest, parse, without_secrets
+from flask_app.inference.llm import LLMOverloaded, LLMTimeout
+from flask_app.rag import RagError
+from flask_app.rag.jobs import ERROR, JobFailed, Jobs, RetryLater
+from flask_app.rag.memory import Conversations
+
+blueprint = Blueprint("lucidworks", __name__, url_prefix="/ai")
+
+KEY = "edgerag_lucidworks"
+RAG_JOB = "lucidworks-rag"
+
+
+def _surface() -> Surface:
+    surface: Surface = current_app.extensions[KEY]
+    return surface
+
+
+def _jobs() -> Jobs:
+    jobs = services_of(current_app).jobs
+    assert jobs is not None
+    return jobs
+
+
+def _chat_model(model_id: str) -> None:
+    llm = services_of(current_app).llm
+    models.check_chat(model_id, llm.model_id if llm else None)
+
+
+def _embedding_model(model_id: str) -> None:
+    embedder = services_of(current_app).embedder
+    models.check_embedding(model_id, embedder.model_id if embedder else None)
+
+
+def _wants_stream() -> bool:
+    return "text/event-stream" in request.headers.get("Accept", "")
+
+
+@blueprint.post("/prediction/<use_case>/<model_id>")
+def prediction(use_case: str, model_id: str) -> ResponseReturnValue:
+    if use_case == "rag":
+        _chat_model(model_id)
+        rag_request = parse(RagRequest, json_object(request))
+        if _wants_stream():
+            return _stream(rag_request)
+        return jsonify(predict_rag(_surface(), rag_request, abandoned=client_gone_probe()))
+    if use_case == "standalone-query-rewriter":
+        _chat_model(model_id)
+        return jsonify(rewrite_query(_surface(), parse(RagRequest, json_object(request))))
+    if use_case == "embedding":
+        _embedding_model(model_id)
+        text_request = parse(TextRequest, json_object(request))
+        return jsonify(embedding.embed(services_of(current_app).embedder, text_request))
+    raise errors.NotFound(f"Unknown use case: {use_case}")
+
+
+@blueprint.post("/tokenization/<model_id>")
+def tokenization(model_id: str) -> ResponseReturnValue:
+    _embedding_model(model_id)
+    text_request = parse(TextRequest, json_object(request))
+    return jsonify(embedding.tokenize(services_of(current_app).embedder, text_request))
+
+
+def _stream(rag_request: RagRequest) -> Response:
+    """`delta` events ({"index", "text"}: answer text as it is generated), then
+    one `done` event whose data is the JSON body; a failure is an `error` event."""
+    surface = _surface()
+    events: queue.Queue[bytes | None] = queue.Queue()
+    left = threading.Event()
+    probe = client_gone_probe()
+
+    def abandoned() -> bool:
+        return left.is_set() or (probe is not None and probe())
+
+    def run() -> None:
+        try:
+            body = predict_rag(
+                surface,
+                rag_request,
+                on_delta=lambda i, text: events.put(sse("delta", {"index": i, "text": text})),
+                abandoned=abandoned,
+            )
+            events.put(sse("done", body))
+        except Exception as exc:
+            try:
+                status, message, _ = errors.status_and_message(exc)
+            except NotImplementedError:
+                status, message = 500, "internal error"
+            events.put(sse("error", errors.body(status, message)))
+        finally:
+            events.put(None)
+
+    worker = threading.Thread(target=run, name="edgerag-lucidworks-stream", daemon=True)
+    worker.start()
+
+    def frames() -> Iterator[bytes]:
+        try:
+            while (frame := events.get()) is not None:
+                yield frame
+        finally:
+            left.set()  # the client is gone (or the stream ended): stop generating
+
+    response = Response(
+        frames(),
+        mimetype="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+    response.call_on_close(left.set)
+    return response
+
+
+@blueprint.post("/async-prediction/<use_case>/<model_id>")
+def async_prediction(use_case: str, model_id: str) -> ResponseReturnValue:
+    if use_case != "rag":
+        raise errors.NotFound(f"Unknown use case: {use_case}")
+    _chat_model(model_id)
+    body = json_object(request)
+    parse(RagRequest, body)  # refuse a bad request now, not in the job
+    job_id = _jobs().submit(RAG_JOB, {"model": model_id, "body": without_secrets(body)})
+    return jsonify(predictionId=job_id, status="SUBMITTED")
+
+
+@blueprint.get("/async-prediction/<prediction_id>")
+def async_result(prediction_id: str) -> ResponseReturnValue:
+    job = _jobs().get(prediction_id)
+    if job is None:
+        raise errors.NotFound(f"Unknown prediction: {prediction_id}")
+    out: dict[str, Any] = {"predictionId": job.id, "status": job.status}
+    if job.status == ERROR:
+        out["error"] = {"message": job.error}
+    elif job.result is not None:
+        out.update(job.result)
+    return jsonify(out)
+
+
+def _run_job(surface: Surface, payload: dict[str, Any]) -> dict[str, Any]:
+    rag_request = RagRequest.model_validate(payload["body"])
+    try:
+        return predict_rag(surface, rag_request)
+    except LLMOverloaded as exc:
+        raise RetryLater(exc.retry_after) from None
+    except LLMTimeout:
+        raise RetryLater(1.0) from None
+    except RagError as exc:
+        raise JobFailed(str(exc)) from None
+
+
+def install(app: Flask) -> None:
+    """Routes, error shape, conversation memory and the async worker."""
+    settings = settings_of(app)
+    services = services_of(app)
+    conversations = Conversations(
+        settings.data_dir / "conversations.sqlite3",
+        max_turns=settings.memory_turns,
+        ttl_s=settings.memory_ttl_hours * 3600,
+    )
+    surface = Surface(services, answer_config_of(app), conversations)
+    app.extensions[KEY] = surface
+    app.register_blueprint(blueprint)
+    http_errors.add_surface(app, "/ai/", errors.render)
+    if services.jobs is None:
+        services.jobs = Jobs(settings.data_dir / "jobs.sqlite3")
+    jobs = services.jobs
+    jobs.handle(RAG_JOB, lambda payload: _run_job(surface, payload))
+    llm = services.llm
+    if llm is not None:
+        jobs.yield_to(lambda: llm.gate.waiting > 0)
+    if jobs.pending():
+        jobs.start()

@@ -1,0 +1,217 @@
+"""Asynchronous jobs, persisted in SQLite under the data directory.
+
+A job is accepted (SUBMITTED) in the same transaction that stores its
+payload, so a job acknowledged before a crash runs after the restart. One
+worker thread runs jobs oldest first, one at a time, through the same LLM
+queue as every interactive request: before each job it lets waiting
+interactive requests go first (for at most `yield_s`), and a job whose model
+wait was refused (queue full, deadline) is retried later instead of failing.
+
+Status: SUBMITTED → READY | ERROR; the first read of a READY job marks it
+RETRIEVED (later reads still get the result). Finished jobs are kept
+`retention_s` seconds, unfinished ones `max_age_s`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_log = logging.getLogger("edgerag")
+
+SUBMITTED, READY, ERROR, RETRIEVED = "SUBMITTED", "READY", "ERROR", "RETRIEVED"
+
+Payload = dict[str, Any]
+Result = dict[str, Any]
+
+
+class RetryLater(Exception):
+    """The job could not get the model now; run it again after `delay` seconds."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(f"retry in {delay:g} s")
+        self.delay = delay
+
+
+class JobFailed(Exception):
+    """The job cannot succeed; its message is the job's error."""
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    kind: str
+    status: str
+    result: Result | None
+    error: str | None
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    result TEXT,
+    error TEXT,
+    submitted_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, submitted_at);
+"""
+
+
+class Jobs:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        retention_s: float = 3600.0,
+        max_age_s: float = 86_400.0,
+        max_attempts: int = 50,
+        yield_s: float = 30.0,
+    ) -> None:
+        self.path = path
+        self.retention_s = retention_s
+        self.max_age_s = max_age_s
+        self.max_attempts = max_attempts
+        self.yield_s = yield_s
+        self._handlers: dict[str, Callable[[Payload], Result]] = {}
+        self._busy: Callable[[], bool] = lambda: False
+        self._lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self._wake = threading.Event()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._db() as db:
+            db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        with closing(sqlite3.connect(self.path, timeout=30.0)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            with db:
+                yield db
+
+    def handle(self, kind: str, run: Callable[[Payload], Result]) -> None:
+        """`run(payload)` computes a job of `kind`: it returns the result, or
+        raises RetryLater / JobFailed (any other exception also fails the job)."""
+        self._handlers[kind] = run
+
+    def yield_to(self, busy: Callable[[], bool]) -> None:
+        """While `busy()` (interactive requests waiting), the worker waits its turn."""
+        self._busy = busy
+
+    def submit(self, kind: str, payload: Payload) -> str:
+        if kind not in self._handlers:
+            raise KeyError(kind)
+        job_id = str(uuid.uuid4())
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO jobs (id, kind, status, payload, submitted_at) VALUES (?, ?, ?, ?, ?)",
+                (job_id, kind, SUBMITTED, json.dumps(payload), time.time()),
+            )
+        self.start()
+        return job_id
+
+    def get(self, job_id: str) -> Job | None:
+        """The job (None when unknown or expired); reading a READY job marks it RETRIEVED."""
+        with self._db() as db:
+            self._expire(db)
+            row = db.execute(
+                "SELECT kind, status, result, error FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            kind, status, result, error = row
+            if status == READY:
+                db.execute("UPDATE jobs SET status = ? WHERE id = ?", (RETRIEVED, job_id))
+        return Job(job_id, kind, status, json.loads(result) if result else None, error)
+
+    def pending(self) -> int:
+        with self._db() as db:
+            (n,) = db.execute("SELECT count(*) FROM jobs WHERE status = ?", (SUBMITTED,)).fetchone()
+        return int(n)
+
+    def _expire(self, db: sqlite3.Connection) -> None:
+        now = time.time()
+        db.execute(
+            "DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?",
+            (now - self.retention_s,),
+        )
+        db.execute(
+            "UPDATE jobs SET status = ?, error = ?, finished_at = ? "
+            "WHERE status = ? AND submitted_at < ?",
+            (ERROR, "the job expired before it could run", now, SUBMITTED, now - self.max_age_s),
+        )
+
+    def start(self) -> None:
+        """Run pending jobs (also those accepted before a restart) on the worker."""
+        with self._lock:
+            self._wake.set()
+            if self._worker is not None and self._worker.is_alive():
+                return
+            self._worker = threading.Thread(target=self._work, name="edgerag-jobs", daemon=True)
+            self._worker.start()
+
+    def _next(self) -> tuple[str, str, Payload] | None:
+        with self._db() as db:
+            self._expire(db)
+            row = db.execute(
+                "SELECT id, kind, payload FROM jobs WHERE status = ? ORDER BY submitted_at LIMIT 1",
+                (SUBMITTED,),
+            ).fetchone()
+        return None if row is None else (row[0], row[1], json.loads(row[2]))
+
+    def _finish(self, job_id: str, result: Result | None, error: str | None) -> None:
+        with self._db() as db:
+            db.execute(
+                "UPDATE jobs SET status = ?, result = ?, error = ?, finished_at = ? WHERE id = ?",
+                (
+                    READY if error is None else ERROR,
+                    None if result is None else json.dumps(result),
+                    error,
+                    time.time(),
+                    job_id,
+                ),
+            )
+
+    def _work(self) -> None:
+        attempts: dict[str, int] = {}
+        while True:
+            with self._lock:
+                self._wake.clear()
+                job = self._next()
+                if job is None:
+                    self._worker = None
+                    return
+            job_id, kind, payload = job
+            deadline = time.monotonic() + self.yield_s
+            while self._busy() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            try:
+                result = self._handlers[kind](payload)
+            except RetryLater as exc:
+                attempts[job_id] = attempts.get(job_id, 0) + 1
+                if attempts[job_id] >= self.max_attempts:
+                    self._finish(job_id, None, f"gave up after {attempts[job_id]} attempts: {exc}")
+                else:
+                    self._wake.wait(min(exc.delay, 30.0))
+                continue
+            except JobFailed as exc:
+                self._finish(job_id, None, str(exc))
+                continue
+            except Exception as exc:
+                _log.error("job %s failed", job_id, exc_info=exc)
+                self._finish(job_id, None, f"internal error: {type(exc).__name__}")
+                continue
+            self._finish(job_id, result, None)
