@@ -129,6 +129,13 @@ class Settings:
     max_body_mb: float = field(
         default=64.0, metadata=_help("largest request body in MB; larger ones get 413")
     )
+    api_keys: str = field(
+        default="",
+        metadata=_help(
+            "comma-separated API keys; when set, every route but /health and /info needs "
+            "Authorization: Bearer KEY (the CLI flag --api-key may be repeated)"
+        ),
+    )
     score_mapping: str = field(
         default="clip",
         metadata=_help("cosine -> [0, 1] score: clip = max(0, cos), shift = (cos + 1) / 2"),
@@ -164,6 +171,10 @@ class Settings:
                 "answer_refusal_probability must be 0..1",
             ),
             (self.max_body_mb > 0, "max_body_mb must be > 0"),
+            (
+                all(k.isprintable() and " " not in k for k in self.keys()),
+                "api keys must be printable and without spaces",
+            ),
             (self.score_mapping in ("clip", "shift"), "score_mapping must be clip or shift"),
         ]
         for ok, message in checks:
@@ -193,6 +204,9 @@ class Settings:
             elif (raw := environ.get(f"EDGERAG_{name.upper()}")) is not None:
                 values[name] = _coerce(f"EDGERAG_{name.upper()}", kind, raw)
         return cls(**values)
+
+    def keys(self) -> tuple[str, ...]:
+        return tuple(k.strip() for k in self.api_keys.split(",") if k.strip())
 
     def llm_path(self) -> Path:
         from flask_app.inference.pull import LLM_VARIANTS

@@ -189,7 +189,8 @@ def test_bad_answer_requests(tmp_path: Path, field: str, value: object, fragment
 
 def test_stream_events_in_order_and_deltas_join_to_the_answer(tmp_path: Path) -> None:
     client = build(tmp_path, ScriptedBackend("The bridge opened in 1998.")).test_client()
-    r = client.post("/answer/stream", json={"query": "When did the bridge open?", "top_k": 2})
+    query = "When did the bridge open, and when is the museum closed?"
+    r = client.post("/answer/stream", json={"query": query, "top_k": 2})
     assert r.mimetype == "text/event-stream"
     events = events_of(r.data)
     names = [e for e, _ in events]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flask_app.cli.main import build_parser, main
+from flask_app.cli.main import build_parser, flag_of, main
 from flask_app.settings import Settings
 
 
@@ -15,7 +15,7 @@ def test_serve_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -
         main(["serve", "--help"])
     out = capsys.readouterr().out
     for name, _kind, _help, _default in Settings.options():
-        assert "--" + name.replace("_", "-") in out
+        assert flag_of(name) in out
         assert "EDGERAG_" + name.upper() in out
 
 
@@ -41,3 +41,10 @@ def test_serve_without_models_says_how_to_fix(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "edgerag pull" in result.stderr
+
+
+def test_api_key_flag_is_repeatable() -> None:
+    from flask_app.cli.main import _settings
+
+    args = build_parser().parse_args(["serve", "--api-key", "one", "--api-key", "two"])
+    assert _settings(args).keys() == ("one", "two")

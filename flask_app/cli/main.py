@@ -18,14 +18,28 @@ from flask_app.settings import Settings, SettingsError
 _PULL_OPTIONS = {"model_dir", "cache_dir"}
 
 
+def flag_of(name: str) -> str:
+    """The serve flag of a setting (`api_keys` is the repeatable --api-key)."""
+    return "--api-key" if name == "api_keys" else "--" + name.replace("_", "-")
+
+
 def _add_settings(parser: argparse.ArgumentParser, names: set[str] | None = None) -> None:
     for name, kind, help_text, default in Settings.options():
         if names is not None and name not in names:
             continue
-        flag = "--" + name.replace("_", "-")
+        flag = flag_of(name)
         env = f"EDGERAG_{name.upper()}"
         shown = "" if default is None else f"; default {default}"
-        if kind is bool:
+        if name == "api_keys":
+            parser.add_argument(
+                flag,
+                dest="api_keys",
+                action="append",
+                metavar="KEY",
+                help=f"an API key clients must send as Authorization: Bearer KEY; repeatable "
+                f"(env {env}, comma-separated)",
+            )
+        elif kind is bool:
             parser.add_argument(
                 flag, action="store_true", default=None, help=f"{help_text} (env {env})"
             )
@@ -66,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _settings(args: argparse.Namespace) -> Settings:
     values: dict[str, Any] = {k: v for k, v in vars(args).items() if k != "command"}
+    if isinstance(values.get("api_keys"), list):
+        values["api_keys"] = ",".join(values["api_keys"])
     return Settings.load(values, os.environ)
 
 

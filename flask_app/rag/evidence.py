@@ -78,7 +78,9 @@ def select(question: str, passages: Sequence[str], scoring: Scoring = Scoring())
     coverage = _coverage(terms(question), [term_set(u.text) for _, _, u in cut])
     scored = [_Scored(p, i, u, c) for (p, i, u), c in zip(cut, coverage, strict=True)]
     ranked = sorted(scored, key=lambda s: -s.score)
-    chosen = ranked[: scoring.units_wanted]
+    # a unit holding none of the question's words is no evidence (the best is
+    # kept all the same: it carries the score that decides answerability)
+    chosen = [s for s in ranked[: scoring.units_wanted] if s.score > 0] or ranked[:1]
     wanted: dict[int, dict[int, float]] = {}
     for s in chosen:
         lo = max(0, s.index - scoring.neighbours)

@@ -23,11 +23,15 @@ class NotFound(Exception):
     """An unknown model, use case or prediction id (404)."""
 
 
+# phrases Python's HTTPStatus words differently across versions, and 499
+_PHRASES = {413: "Payload Too Large", 499: "Client Closed Request"}
+
+
 def body(status: int, message: str) -> dict[str, object]:
     try:
-        phrase = HTTPStatus(status).phrase
+        phrase = _PHRASES.get(status) or HTTPStatus(status).phrase
     except ValueError:
-        phrase = "Client Closed Request" if status == 499 else "Error"
+        phrase = "Error"
     return {"status": status, "error": phrase, "message": capped(message)}
 
 
@@ -45,6 +49,8 @@ def status_and_message(exc: Exception) -> tuple[int, str, int | None]:
         code = exc.code or 500
         if code == 413:
             return 413, "Request body too large", None
+        if code == 401:
+            return 401, "Unauthorized", None
         if code == 404:
             return 404, "Not Found: no such route under /ai/", None
         if code == 405:
