@@ -64,6 +64,18 @@ def _coverage(question_terms: list[str], unit_terms: list[set[str]]) -> list[flo
     return [sum(idf[t] for t in question_terms if t in u) / total for u in unit_terms]
 
 
+def supporting(answer: str, question: str, passages: Sequence[str]) -> list[int]:
+    """The passages the answer's own content comes from: those sharing the
+    most of its content words that are not already in the question (none when
+    no passage holds any of them)."""
+    said = set(terms(answer)) - set(terms(question))
+    if not said:
+        return []
+    overlap = [len(said & term_set(p)) for p in passages]
+    best = max(overlap, default=0)
+    return [i for i, n in enumerate(overlap) if n == best] if best else []
+
+
 def select(question: str, passages: Sequence[str], scoring: Scoring = Scoring()) -> Selection:
     cut: list[tuple[int, int, Unit]] = []
     per_passage: list[list[Unit]] = []

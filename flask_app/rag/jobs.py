@@ -175,7 +175,8 @@ class Jobs:
     def _finish(self, job_id: str, result: Result | None, error: str | None) -> None:
         with self._db() as db:
             db.execute(
-                "UPDATE jobs SET status = ?, result = ?, error = ?, finished_at = ? WHERE id = ?",
+                "UPDATE jobs SET status = ?, result = ?, error = ?, finished_at = ? "
+                "WHERE id = ? AND status = 'SUBMITTED'",  # a finished job stays finished
                 (
                     READY if error is None else ERROR,
                     None if result is None else json.dumps(result),

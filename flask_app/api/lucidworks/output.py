@@ -43,9 +43,27 @@ def refusal(not_found: str) -> str:
     return f"SOURCES:\nANSWER: {not_found}"
 
 
+# Two worked turns teach the 0.5B model the format (without them it answers in
+# plain prose); they follow the system prompt, so they stay in the KV cache.
+_EXAMPLES = (
+    (
+        "[0] source: http://example.com/a\nThe bakery sells rye bread.\n\n"
+        "[1] source: http://example.com/b\nThe bakery opens at 7:00 on weekdays.\n\n"
+        "Question: When does the bakery open?",
+        "SOURCES:\n- 1\nANSWER: The bakery opens at 7:00 on weekdays.",
+    ),
+    (
+        "[0] source: http://example.com/a\nThe bakery sells rye bread.\n\n"
+        "Question: Who owns the bakery?",
+        "SOURCES:\nANSWER: {not_found}",
+    ),
+)
+
+
 def answer_form(not_found: str) -> AnswerForm:
     return AnswerForm(
         system=_SYSTEM.format(not_found=not_found),
+        examples=tuple((q, a.format(not_found=not_found)) for q, a in _EXAMPLES),
         label=label,
         refusal=refusal(not_found),
         refusal_starts=(),  # the first token is always "SOURCES": nothing to read there
@@ -61,7 +79,7 @@ _INT = re.compile(r"\d+")
 @dataclass(frozen=True)
 class Parsed:
     answer: str
-    sources: list[str]
+    indices: list[int]  # documents named under SOURCES:, valid and in order
     found: bool
 
 
@@ -87,9 +105,8 @@ def _sources_block(response: str, answer_at: int | None, answer_end: int | None)
     return "\n".join(lines)
 
 
-def parse(response: str, sources: Sequence[str], not_found: str) -> Parsed:
-    """Read the model's raw output; `sources` are the request documents'
-    `source` values, by index."""
+def parse(response: str, documents: int, not_found: str) -> Parsed:
+    """Read the model's raw output (`documents`: how many the request had)."""
     marks = list(_ANSWER.finditer(response))
     if marks:
         last = marks[-1]
@@ -102,16 +119,21 @@ def parse(response: str, sources: Sequence[str], not_found: str) -> Parsed:
         first = _SOURCES.search(response)
         answer = (response if first is None else response.replace(block, "")).strip()
         answer = _SOURCES.sub("", answer).strip()
-    picked: list[str] = []
+    picked: list[int] = []
     for number in _INT.findall(block):
         i = int(number)
-        if 0 <= i < len(sources) and sources[i] not in picked:
-            picked.append(sources[i])
+        if 0 <= i < documents and i not in picked:
+            picked.append(i)
     wanted = _normal(not_found)
     said = _normal(answer)
     if said == wanted or said.startswith(wanted):
         return Parsed(answer, [], False)
     return Parsed(answer, picked, True)
+
+
+def urls(indices: Sequence[int], sources: Sequence[str]) -> list[str]:
+    """The documents' `source` values, de-duplicated in order."""
+    return list(dict.fromkeys(sources[i] for i in indices))
 
 
 class AnswerDeltas:

@@ -6,7 +6,7 @@ answered from its own documents through the shared pipeline, in input order.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -14,10 +14,12 @@ from flask_app import rag
 from flask_app.api.lucidworks import output
 from flask_app.api.lucidworks.schemas import ModelConfig, RagRequest
 from flask_app.inference.llm import ChatMessage, Sampling
+from flask_app.rag import evidence
 from flask_app.rag.answer import AnswerConfig, ground, open_answer
 from flask_app.rag.memory import Conversations, Turn, as_history
 from flask_app.rag.retrieval import Document, RequestDocuments
 from flask_app.services import Services
+from flask_app.store import Hit
 
 # Documents per item that evidence is looked for in (more are ranked first).
 MAX_RANKED = 20
@@ -65,6 +67,26 @@ def _documents(item: Any) -> list[Document]:
         )
         for d in item.documents
     ]
+
+
+def _cited(
+    parsed: output.Parsed, question: str, shown: Sequence[Hit], documents: Sequence[Any]
+) -> list[int]:
+    """The documents an answer rests on, checked against the documents the
+    model was shown: those named under SOURCES: that hold the answer's own
+    words; when the model named none of them (small models often copy the
+    example's number or skip the block), the shown documents that hold them.
+    An answer whose words are in no document keeps what the model named."""
+    if not parsed.found:
+        return []
+    ids = [int(hit.id) for hit in shown]
+    support = [
+        ids[j]
+        for j in evidence.supporting(parsed.answer, question, [documents[i].body for i in ids])
+    ]
+    if not support:
+        return parsed.indices
+    return [i for i in parsed.indices if i in support] or support
 
 
 # (batch index, answer-text delta) as the answer streams
@@ -120,7 +142,8 @@ def predict_rag(
                 if on_delta is not None and (text := deltas.feed(delta)):
                     on_delta(index, text)
         raw = "".join(parts)
-        parsed = output.parse(raw, [d.source for d in item.documents], not_found)
+        parsed = output.parse(raw, len(item.documents), not_found)
+        cited = _cited(parsed, item.text, grounding.sources, item.documents)
         if on_delta is not None and (rest := deltas.finish(parsed.answer)):
             on_delta(index, rest)
         asked = grounding.prompt is not None and not stream.refused
@@ -134,14 +157,21 @@ def predict_rag(
             },
             "answer": parsed.answer,
             "answerFound": parsed.found,
-            "sources": parsed.sources,
+            "sources": output.urls(cited, [d.source for d in item.documents]),
             "memoryUuid": memory,
             "response": raw,
         }
         if not parsed.found:
             prediction["answerNotFoundMessage"] = not_found
         predictions.append(prediction)
-        turns.append(Turn(item.text, raw, parsed.answer, parsed.sources))
+        turns.append(
+            Turn(
+                item.text,
+                raw,
+                parsed.answer,
+                output.urls(cited, [d.source for d in item.documents]),
+            )
+        )
     surface.conversations.append(memory, turns)
     return {"predictions": predictions}
 
