@@ -10,7 +10,11 @@ Each question carries its split; tune on dev, report test.
 
 For each set: a fresh store through the HTTP app, every passage uploaded as a
 user would, every question asked through /answer/stream with default
-settings. Reported per set and split, and over all sets:
+settings and (surface `lucidworks`) through /ai/prediction/rag, sent with the
+passages the pipeline's retrieval picks for it as the request's documents
+(answerFound must be true with the fact in the answer; an unanswerable
+question must get answerFound false). Reported per surface, set and split,
+and over all sets:
 - accuracy: an accepted spelling of the expected fact appears in the answer
   (as a whole token) and the answer is not a refusal;
 - correct refusals on unanswerable questions, and how many of those were
@@ -103,6 +107,35 @@ def ask(client: Any, question: str) -> dict[str, Any]:
     }
 
 
+def ask_lucidworks(
+    client: Any, collection: Any, embedder: Any, question: str, extract: bool
+) -> dict[str, Any]:
+    from flask_app.rag.retrieval import StoredCollection
+
+    start = time.perf_counter()
+    vector = embedder.embed([question])[0]
+    hits = StoredCollection(collection, vector).passages(question, 5)
+    body = {
+        "batch": [
+            {"text": question, "documents": [{"body": h.text, "source": h.id} for h in hits]}
+        ],
+        "useCaseConfig": {"extractRelevantContent": extract},
+    }
+    r = client.post("/ai/prediction/rag/llama-3-8b-instruct", json=body)
+    assert r.status_code == 200, r.get_json()
+    p = r.get_json()["predictions"][0]
+    end = time.perf_counter()
+    return {
+        "answer": p["answer"] if p["answerFound"] else NO_CONTEXT_ANSWER,
+        "found": p["answerFound"],
+        "sources": [h.text for h in hits],
+        "evidence_score": None,
+        "refusal_probability": None,
+        "ttft_s": round(end - start, 3),
+        "total_s": round(end - start, 3),
+    }
+
+
 def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
     answerable = [r for r in rows if r["expected"] is not None]
     unanswerable = [r for r in rows if r["expected"] is None]
@@ -122,7 +155,14 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run_set(name: str, splits: set[str], limit: int | None, quiet: bool) -> list[dict[str, Any]]:
+def run_set(
+    name: str,
+    splits: set[str],
+    limit: int | None,
+    quiet: bool,
+    surfaces: list[str],
+    extract: bool,
+) -> list[dict[str, Any]]:
     documents = json.loads((EVAL / name / "documents.json").read_text())["documents"]
     questions = json.loads((EVAL / name / "questions.json").read_text())["questions"]
     questions = [q for q in questions if q["split"] in splits][:limit]
@@ -136,10 +176,15 @@ def run_set(name: str, splits: set[str], limit: int | None, quiet: bool) -> list
                 "/upload", json={"store_mode": "text", "items": documents[lo : lo + 64]}
             )
             assert r.status_code == 200, r.get_json()
-        for item in questions:
-            got = ask(client, item["q"])
+        collection = services.store.edge()
+        for item, surface in [(q, s) for q in questions for s in surfaces]:
+            if surface == "answer":
+                got = ask(client, item["q"])
+                refused = is_refusal(got["answer"])
+            else:
+                got = ask_lucidworks(client, collection, services.embedder, item["q"], extract)
+                refused = not got["found"]
             expected = item["expect"]
-            refused = is_refusal(got["answer"])
             if expected is None:
                 correct = refused
                 recalled = None
@@ -147,6 +192,7 @@ def run_set(name: str, splits: set[str], limit: int | None, quiet: bool) -> list
                 correct = mentions(got["answer"], expected) and not refused
                 recalled = any(mentions(s, expected) for s in got["sources"])
             row = {
+                "surface": surface,
                 "set": name,
                 "split": item["split"],
                 "question": item["q"],
@@ -163,7 +209,8 @@ def run_set(name: str, splits: set[str], limit: int | None, quiet: bool) -> list
             rows.append(row)
             if not quiet or not correct:
                 mark = "ok " if correct else "BAD"
-                print(f"[{name}/{item['split']}] {mark} {item['q']}\n      -> {got['answer']}")
+                where = f"{surface}:{name}/{item['split']}"
+                print(f"[{where}] {mark} {item['q']}\n      -> {got['answer']}")
         services.store.close()
     return rows
 
@@ -175,16 +222,30 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="at most this many questions per set")
     parser.add_argument("--json", type=Path, default=Path("benches/results/rag_eval.json"))
     parser.add_argument("--quiet", action="store_true", help="print only wrong answers")
+    parser.add_argument(
+        "--surfaces", nargs="+", default=["answer", "lucidworks"], choices=["answer", "lucidworks"]
+    )
+    parser.add_argument(
+        "--extract",
+        action="store_true",
+        help="lucidworks requests set useCaseConfig.extractRelevantContent",
+    )
     args = parser.parse_args()
     splits = {"dev", "test"} if args.split == "all" else {args.split}
     rows: list[dict[str, Any]] = []
     for name in args.sets:
-        rows += run_set(name, splits, args.limit, args.quiet)
+        rows += run_set(name, splits, args.limit, args.quiet, args.surfaces, args.extract)
     table: dict[str, Any] = {}
-    for name in [*args.sets, "overall"]:
-        for split in sorted(splits):
-            part = [r for r in rows if (name == "overall" or r["set"] == name)]
-            table[f"{name}/{split}"] = score([r for r in part if r["split"] == split])
+    for surface in args.surfaces:
+        for name in [*args.sets, "overall"]:
+            for split in sorted(splits):
+                part = [
+                    r
+                    for r in rows
+                    if r["surface"] == surface and (name == "overall" or r["set"] == name)
+                ]
+                key = f"{name}/{split}" if surface == "answer" else f"{surface}:{name}/{split}"
+                table[key] = score([r for r in part if r["split"] == split])
     settings = Settings.load({}, os.environ)
     report = {
         "settings": {

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
+from flask_app.api.lucidworks.schemas import RagRequest, TextRequest
 from flask_app.api.moorcheh.schemas import Answer, DeleteItems, Search, Upload
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
@@ -69,6 +70,16 @@ def _bounded(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def _lucidworks(model: type[RagRequest] | type[TextRequest]) -> dict[str, Any]:
+    """A Lucidworks request schema with small batches and few documents."""
+    schema = model.model_json_schema()
+    schema["properties"]["batch"]["maxItems"] = 3
+    item = schema["$defs"].get("RagItem")
+    if item is not None:
+        item["properties"]["documents"]["maxItems"] = 3
+    return schema
+
+
 BODY_ROUTES: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "/upload", _upload_schema()),
     ("POST", "/search", _bounded(Search.model_json_schema())),
@@ -76,6 +87,11 @@ BODY_ROUTES: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "/answer/stream", _bounded(Answer.model_json_schema())),
     ("DELETE", "/items", _bounded(DeleteItems.model_json_schema())),
     ("DELETE", "/delete", _bounded(DeleteItems.model_json_schema())),
+    ("POST", "/ai/prediction/rag/mistral", _lucidworks(RagRequest)),
+    ("POST", "/ai/async-prediction/rag/mistral", _lucidworks(RagRequest)),
+    ("POST", "/ai/prediction/standalone-query-rewriter/mistral", _lucidworks(RagRequest)),
+    ("POST", "/ai/prediction/embedding/e5-small-v2", _lucidworks(TextRequest)),
+    ("POST", "/ai/tokenization/e5-small-v2", _lucidworks(TextRequest)),
 ]
 
 

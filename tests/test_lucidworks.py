@@ -92,10 +92,10 @@ def test_t1_documented_happy_path(lw: tuple[FlaskClient, ScriptedBackend]) -> No
     # title, date and source are shown to the model with the document's index
     prompt = backend.prompts[-1]
     assert (
-        "[0] title: Off to Germany! | date: 2022-01-31T19:31:34Z | source: http://example.com/112\n"
-        "I'm off to Germany to go to the Oktoberfest!" in prompt
+        "Document 1:\ntitle: Off to Germany! | date: 2022-01-31T19:31:34Z | "
+        "source: http://example.com/112\nI'm off to Germany to go to the Oktoberfest!" in prompt
     )
-    assert "SOURCES:" in prompt and "Question: Why did I go to Germany?" in prompt
+    assert "Question: Why did I go to Germany?" in prompt
 
 
 def test_t2_not_found_with_a_custom_message(tmp_path: Path) -> None:
@@ -724,3 +724,69 @@ def test_t6_api_keys(tmp_path: Path) -> None:
     assert r.status_code == 401 and r.get_json()["status"] == "error"
     assert client.get("/health").status_code == 200
     assert len(backend.prompts) == 2
+
+
+def test_a_likely_refusal_at_the_first_token_becomes_not_found(tmp_path: Path) -> None:
+    """The same refusal gate as /answer: above it the output is replaced by
+    the not-found answer."""
+    app, backend = build(tmp_path)
+    backend.refusal_probability = 0.9
+    p = prediction(app.test_client().post(RAG, json=T1))
+    assert p["answerFound"] is False and p["sources"] == []
+    assert p["response"] == "SOURCES:\nANSWER: Not possible to answer given this content."
+    assert len(backend.prompts) == 1 and backend.closed_early == 1
+    assert p["tokensUsed"]["promptTokens"] > 0 and p["tokensUsed"]["completionTokens"] == 0
+    backend.refusal_probability = 0.0
+    p = prediction(app.test_client().post(RAG, json=T1))
+    assert p["answerFound"] is True and p["response"] == T1_OUTPUT
+
+
+KIOSK = {"body": "The kiosk's manager is Dana Ortiz.", "source": "http://kiosk"}
+MUSEUM = {"body": "The museum is closed on Mondays.", "source": "http://museum"}
+
+
+def test_a_prose_answer_gets_the_contract_written_from_the_evidence(tmp_path: Path) -> None:
+    app, _ = build(tmp_path, "Dana Ortiz manages the kiosk.")
+    body = {"batch": [{"text": "Who manages the kiosk?", "documents": [MUSEUM, KIOSK]}]}
+    p = prediction(app.test_client().post(RAG, json=body))
+    assert p["answer"] == "Dana Ortiz manages the kiosk." and p["answerFound"] is True
+    assert p["sources"] == ["http://kiosk"]
+    assert p["response"] == "SOURCES:\n- 1\nANSWER: Dana Ortiz manages the kiosk."
+
+
+def test_a_cited_document_without_the_answer_is_replaced(tmp_path: Path) -> None:
+    app, _ = build(tmp_path, "SOURCES:\n- 0\nANSWER: Dana Ortiz.")
+    body = {"batch": [{"text": "Who manages the kiosk?", "documents": [MUSEUM, KIOSK]}]}
+    p = prediction(app.test_client().post(RAG, json=body))
+    assert (
+        p["sources"] == ["http://kiosk"] and p["response"] == "SOURCES:\n- 0\nANSWER: Dana Ortiz."
+    )
+
+
+def test_the_models_own_refusal_is_not_found_in_stream_and_body(tmp_path: Path) -> None:
+    app, _ = build(tmp_path, "I don't have enough information to answer that question.")
+    body = {
+        "batch": [{"text": "Who manages the kiosk?", "documents": [KIOSK]}],
+        "useCaseConfig": {"answerNotFoundMessage": "No idea."},
+    }
+    client = app.test_client()
+    p = prediction(client.post(RAG, json=body))
+    assert p["answerFound"] is False and p["answer"] == "No idea." and p["sources"] == []
+    assert p["response"] == "SOURCES:\nANSWER: No idea."
+    r = client.post(RAG, json=body, headers={"Accept": "text/event-stream"})
+    events = [
+        (block.split("\n")[0][7:], json.loads(block.split("\n")[1][6:]))
+        for block in r.get_data(as_text=True).split("\n\n")
+        if block.strip()
+    ]
+    deltas = "".join(data["text"] for name, data in events if name == "delta")
+    assert deltas == "No idea." and events[-1][0] == "done"
+
+
+def test_prose_streams_as_it_comes() -> None:
+    deltas = AnswerDeltas()
+    assert deltas.feed("Dana") == "Dana" and deltas.feed(" Ortiz.") == " Ortiz."
+    assert deltas.finish("Dana Ortiz.") == ""
+    held = AnswerDeltas()
+    assert held.feed("I don't") == ""  # could still be the refusal sentence
+    assert held.feed(" like it.") == "I don't like it."

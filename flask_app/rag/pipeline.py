@@ -204,9 +204,6 @@ def build_messages(
     else:
         labels = [form.label(i, s.id, s.metadata) for i, s in enumerate(sources[: len(passages)])]
     messages: list[ChatMessage] = [{"role": "system", "content": system}]
-    for asked, answered in form.examples:
-        messages.append({"role": "user", "content": asked})
-        messages.append({"role": "assistant", "content": answered})
     messages += [{"role": m["role"], "content": m["content"]} for m in question.chat_history]
     messages.append(
         {

@@ -1,9 +1,15 @@
-"""The SOURCES / ANSWER output contract: how the model is asked (the answer
-form) and how its raw output is read back (spec §3.1, tolerant: models drift).
+"""The SOURCES / ANSWER output contract (spec §3.1):
 
     SOURCES:
     - 0
     ANSWER: The reason for going to Germany was to attend Oktoberfest.
+
+The model is asked as `/answer` asks it (same system prompt, same refusal
+gates: the 0.5B model answers and refuses far better in plain prose than in
+this format, README "Answer quality"), so its output is usually prose. The
+tolerant parser reads the contract when the output has it; otherwise the
+whole output is the answer and the server writes the contract around it,
+with SOURCES from the checked evidence.
 """
 
 from __future__ import annotations
@@ -12,63 +18,28 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flask_app.rag.prompts import AnswerForm
+from flask_app.rag.prompts import NO_CONTEXT_ANSWER, AnswerForm
 
 DEFAULT_NOT_FOUND = "Not possible to answer given this content."
 
-_SYSTEM = (
-    "You answer questions using only the numbered documents in the user's message. "
-    "Answer in one short sentence and copy the exact words of the documents for names, "
-    "commands, options, numbers and dates.\n"
-    "Reply in exactly this format:\n"
-    "SOURCES:\n"
-    "- <number of a document you used>\n"
-    "ANSWER: <the answer>\n"
-    "If the documents do not contain the answer, reply exactly:\n"
-    "SOURCES:\n"
-    "ANSWER: {not_found}"
-)
-
 
 def label(position: int, passage_id: str, metadata: dict[str, object] | None) -> str:
-    """`[i] title: … | date: … | source: …`, i being the document's index in the request."""
+    """`Document 1:` then `title: … | date: … | source: …` (what is given)."""
     meta = metadata or {}
     parts = [f"{key}: {meta[key]}" for key in ("title", "date", "source") if meta.get(key)]
-    return f"[{passage_id}] " + " | ".join(parts) if parts else f"[{passage_id}]"
+    head = f"Document {position + 1}:"
+    return head + "\n" + " | ".join(parts) if parts else head
 
 
-def refusal(not_found: str) -> str:
-    """The raw output of a refusal (also what the server reports as the
-    response when it refuses without asking the model)."""
-    return f"SOURCES:\nANSWER: {not_found}"
+def render(indices: Sequence[int], answer: str) -> str:
+    """The contract text for an answer resting on the documents `indices`."""
+    return "SOURCES:\n" + "".join(f"- {i}\n" for i in indices) + f"ANSWER: {answer}"
 
 
-# Two worked turns teach the 0.5B model the format (without them it answers in
-# plain prose); they follow the system prompt, so they stay in the KV cache.
-_EXAMPLES = (
-    (
-        "[0] source: http://example.com/a\nThe bakery sells rye bread.\n\n"
-        "[1] source: http://example.com/b\nThe bakery opens at 7:00 on weekdays.\n\n"
-        "Question: When does the bakery open?",
-        "SOURCES:\n- 1\nANSWER: The bakery opens at 7:00 on weekdays.",
-    ),
-    (
-        "[0] source: http://example.com/a\nThe bakery sells rye bread.\n\n"
-        "Question: Who owns the bakery?",
-        "SOURCES:\nANSWER: {not_found}",
-    ),
-)
-
-
-def answer_form(not_found: str) -> AnswerForm:
-    return AnswerForm(
-        system=_SYSTEM.format(not_found=not_found),
-        examples=tuple((q, a.format(not_found=not_found)) for q, a in _EXAMPLES),
-        label=label,
-        refusal=refusal(not_found),
-        refusal_starts=(),  # the first token is always "SOURCES": nothing to read there
-        quote_restatements=False,
-    )
+def answer_form() -> AnswerForm:
+    # a refusal without the model is rendered by `predict`; the text here only
+    # marks it in the stream (see AnswerDeltas)
+    return AnswerForm(label=label, refusal=render([], NO_CONTEXT_ANSWER))
 
 
 _ANSWER = re.compile(r"^\s*ANSWER\s*:\s*", re.IGNORECASE | re.MULTILINE)
@@ -81,13 +52,14 @@ class Parsed:
     answer: str
     indices: list[int]  # documents named under SOURCES:, valid and in order
     found: bool
+    marked: bool  # the output had the contract's markers
 
 
 def _normal(text: str) -> str:
     return " ".join(text.lower().split()).rstrip(".")
 
 
-def _sources_block(response: str, answer_at: int | None, answer_end: int | None) -> str:
+def _sources_block(response: str, answer_at: int | None) -> str:
     """The text after `SOURCES:` up to the ANSWER line (or the end)."""
     marks = list(_SOURCES.finditer(response))
     if not marks:
@@ -95,14 +67,19 @@ def _sources_block(response: str, answer_at: int | None, answer_end: int | None)
     start = marks[-1].end()
     if answer_at is not None and start <= answer_at:
         return response[start:answer_at]
-    # SOURCES after ANSWER: up to the end of the SOURCES line block
-    block = response[start:]
+    # SOURCES after ANSWER: the lines of numbers that follow it
     lines = []
-    for i, line in enumerate(block.split("\n")):
+    for i, line in enumerate(response[start:].split("\n")):
         if i > 0 and not re.fullmatch(r"\s*[-*]?\s*\[?\d+\]?[\s,\d\[\]]*", line):
             break
         lines.append(line)
     return "\n".join(lines)
+
+
+def is_not_found(answer: str, not_found: str) -> bool:
+    """The answer is the not-found message (or the model's own refusal sentence)."""
+    said = _normal(answer)
+    return any(said.startswith(_normal(m)) for m in (not_found, NO_CONTEXT_ANSWER))
 
 
 def parse(response: str, documents: int, not_found: str) -> Parsed:
@@ -113,22 +90,20 @@ def parse(response: str, documents: int, not_found: str) -> Parsed:
         rest = response[last.end() :]
         after = _SOURCES.search(rest)
         answer = (rest[: after.start()] if after else rest).strip()
-        block = _sources_block(response, last.start(), last.end())
+        block = _sources_block(response, last.start())
     else:
-        block = _sources_block(response, None, None)
-        first = _SOURCES.search(response)
-        answer = (response if first is None else response.replace(block, "")).strip()
+        block = _sources_block(response, None)
+        answer = (response.replace(block, "") if block else response).strip()
         answer = _SOURCES.sub("", answer).strip()
+    marked = bool(marks) or _SOURCES.search(response) is not None
     picked: list[int] = []
     for number in _INT.findall(block):
         i = int(number)
         if 0 <= i < documents and i not in picked:
             picked.append(i)
-    wanted = _normal(not_found)
-    said = _normal(answer)
-    if said == wanted or said.startswith(wanted):
-        return Parsed(answer, [], False)
-    return Parsed(answer, picked, True)
+    if is_not_found(answer, not_found):
+        return Parsed(not_found, [], False, marked)
+    return Parsed(answer, picked, True, marked)
 
 
 def urls(indices: Sequence[int], sources: Sequence[str]) -> list[str]:
@@ -137,15 +112,37 @@ def urls(indices: Sequence[int], sources: Sequence[str]) -> list[str]:
 
 
 class AnswerDeltas:
-    """Turns raw output deltas into answer-text deltas while it streams: the
-    text after the `ANSWER:` marker, without a SOURCES block that follows it.
-    A line is held back until it cannot be a marker line any more."""
+    """Turns raw output deltas into answer-text deltas while it streams.
+
+    Prose passes through (held back only while it could still become the
+    refusal sentence, which is reported as the not-found message); output
+    in the contract form yields the text after `ANSWER:` without a SOURCES
+    block that follows it, each line held until it cannot be a marker line.
+    """
 
     def __init__(self) -> None:
         self._raw = ""
         self._sent = 0  # characters of the answer already sent
 
+    def _marked(self) -> bool | None:
+        """True: contract form; False: prose; None: cannot tell yet."""
+        head = self._raw.lstrip().upper()
+        for marker in ("SOURCES:", "ANSWER:"):
+            if head.startswith(marker):
+                return True
+            if marker.startswith(head):
+                return None
+        return False
+
     def _answer_so_far(self, final: bool) -> str | None:
+        marked = self._marked()
+        if marked is None:
+            return None
+        if not marked:
+            text = self._raw.lstrip()
+            if not final and NO_CONTEXT_ANSWER.startswith(text):
+                return None
+            return text
         marks = list(_ANSWER.finditer(self._raw))
         if not marks:
             return None

@@ -15,11 +15,10 @@ from flask_app.api.lucidworks import output
 from flask_app.api.lucidworks.schemas import ModelConfig, RagRequest
 from flask_app.inference.llm import ChatMessage, Sampling
 from flask_app.rag import evidence
-from flask_app.rag.answer import AnswerConfig, ground, open_answer
+from flask_app.rag.answer import AnswerConfig, Grounding, ground, open_answer
 from flask_app.rag.memory import Conversations, Turn, as_history
 from flask_app.rag.retrieval import Document, RequestDocuments
 from flask_app.services import Services
-from flask_app.store import Hit
 
 # Documents per item that evidence is looked for in (more are ranked first).
 MAX_RANKED = 20
@@ -70,23 +69,24 @@ def _documents(item: Any) -> list[Document]:
 
 
 def _cited(
-    parsed: output.Parsed, question: str, shown: Sequence[Hit], documents: Sequence[Any]
+    parsed: output.Parsed, question: str, grounding: Grounding, documents: Sequence[Any]
 ) -> list[int]:
     """The documents an answer rests on, checked against the documents the
     model was shown: those named under SOURCES: that hold the answer's own
-    words; when the model named none of them (small models often copy the
-    example's number or skip the block), the shown documents that hold them.
-    An answer whose words are in no document keeps what the model named."""
+    words (the words not already in the question); when it named none of
+    them, the shown documents that hold them. An answer whose words are in
+    no document keeps what the model named, or else cites the document of
+    the best evidence."""
     if not parsed.found:
         return []
-    ids = [int(hit.id) for hit in shown]
-    support = [
-        ids[j]
-        for j in evidence.supporting(parsed.answer, question, [documents[i].body for i in ids])
-    ]
-    if not support:
+    ids = [int(hit.id) for hit in grounding.sources]
+    bodies = [documents[i].body for i in ids]
+    support = [ids[j] for j in evidence.supporting(parsed.answer, question, bodies)]
+    if support:
+        return [i for i in parsed.indices if i in support] or support
+    if parsed.indices or grounding.best is None or not ids:
         return parsed.indices
-    return [i for i in parsed.indices if i in support] or support
+    return [ids[grounding.best.passage]]
 
 
 # (batch index, answer-text delta) as the answer streams
@@ -116,7 +116,7 @@ def predict_rag(
     )
     if config.max_tokens >= llm.n_ctx:
         raise InputTooLong()
-    form = output.answer_form(not_found)
+    form = output.answer_form()
     draw = sampling(request.modelConfig)
     predictions: list[dict[str, Any]] = []
     turns: list[Turn] = []
@@ -143,35 +143,32 @@ def predict_rag(
                     on_delta(index, text)
         raw = "".join(parts)
         parsed = output.parse(raw, len(item.documents), not_found)
-        cited = _cited(parsed, item.text, grounding.sources, item.documents)
+        cited = _cited(parsed, item.text, grounding, item.documents)
         if on_delta is not None and (rest := deltas.finish(parsed.answer)):
             on_delta(index, rest)
-        asked = grounding.prompt is not None and not stream.refused
+        # tokens the model really read and wrote (none when refused before it ran)
         prompt_tokens = grounding.prompt.prompt_tokens if grounding.prompt else 0
-        completion = llm.count_tokens(raw) if asked else 0
+        completion = 0 if stream.refused else llm.count_tokens(raw)
+        if parsed.marked and not stream.refused:
+            response = raw  # the model wrote the contract itself
+        else:
+            response = output.render(cited, parsed.answer)
         prediction: dict[str, Any] = {
             "tokensUsed": {
-                "promptTokens": prompt_tokens if asked else 0,
+                "promptTokens": prompt_tokens,
                 "completionTokens": completion,
-                "totalTokens": (prompt_tokens if asked else 0) + completion,
+                "totalTokens": prompt_tokens + completion,
             },
             "answer": parsed.answer,
             "answerFound": parsed.found,
             "sources": output.urls(cited, [d.source for d in item.documents]),
             "memoryUuid": memory,
-            "response": raw,
+            "response": response,
         }
         if not parsed.found:
             prediction["answerNotFoundMessage"] = not_found
         predictions.append(prediction)
-        turns.append(
-            Turn(
-                item.text,
-                raw,
-                parsed.answer,
-                output.urls(cited, [d.source for d in item.documents]),
-            )
-        )
+        turns.append(Turn(item.text, response, parsed.answer, prediction["sources"]))
     surface.conversations.append(memory, turns)
     return {"predictions": predictions}
 
