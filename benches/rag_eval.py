@@ -119,7 +119,7 @@ def ask_lucidworks(
         "batch": [
             {"text": question, "documents": [{"body": h.text, "source": h.id} for h in hits]}
         ],
-        "useCaseConfig": {"extractRelevantContent": extract},
+        "useCaseConfig": {} if extract else {"extractRelevantContent": False},
     }
     r = client.post("/ai/prediction/rag/llama-3-8b-instruct", json=body)
     assert r.status_code == 200, r.get_json()
@@ -226,15 +226,17 @@ def main() -> None:
         "--surfaces", nargs="+", default=["answer", "lucidworks"], choices=["answer", "lucidworks"]
     )
     parser.add_argument(
-        "--extract",
+        "--whole-documents",
         action="store_true",
-        help="lucidworks requests set useCaseConfig.extractRelevantContent",
+        help="lucidworks requests send extractRelevantContent: false (default: not sent)",
     )
     args = parser.parse_args()
     splits = {"dev", "test"} if args.split == "all" else {args.split}
     rows: list[dict[str, Any]] = []
     for name in args.sets:
-        rows += run_set(name, splits, args.limit, args.quiet, args.surfaces, args.extract)
+        rows += run_set(
+            name, splits, args.limit, args.quiet, args.surfaces, not args.whole_documents
+        )
     table: dict[str, Any] = {}
     for surface in args.surfaces:
         for name in [*args.sets, "overall"]:

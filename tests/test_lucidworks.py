@@ -315,9 +315,9 @@ def test_extract_relevant_content_sends_only_the_evidence(tmp_path: Path) -> Non
     body = {"batch": [{"text": "Why did I go to Germany?", "documents": [doc]}]}
     app, backend = build(tmp_path)
     client = app.test_client()
-    prediction(client.post(RAG, json=body))
+    prediction(client.post(RAG, json={**body, "useCaseConfig": {"extractRelevantContent": False}}))
     whole = backend.prompts[-1]
-    prediction(client.post(RAG, json={**body, "useCaseConfig": {"extractRelevantContent": True}}))
+    prediction(client.post(RAG, json=body))  # the default
     extract = backend.prompts[-1]
     assert "Filler sentence number 0 " in whole and "Filler sentence number 0 " not in extract
     assert "Oktoberfest" in extract and len(extract) < len(whole) / 2

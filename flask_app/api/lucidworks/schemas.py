@@ -68,7 +68,9 @@ def _uuid(value: str | None) -> str | None:
 class UseCaseConfig(_Lenient):
     memoryUuid: StrictStr | None = None
     answerNotFoundMessage: StrictStr | None = Field(default=None, min_length=1, max_length=500)
-    extractRelevantContent: StrictBool = False
+    # True unless sent: the evidence sentences answer better and faster than
+    # whole documents (README, Answer quality); false sends documents whole
+    extractRelevantContent: StrictBool = True
     dataType: Literal["query", "passage"] | None = None
 
     @field_validator("memoryUuid")
