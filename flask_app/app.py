@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Flask
 
+from flask_app.api.engine import routes as engine
 from flask_app.api.http import admission, auth, errors, extensions
 from flask_app.api.http.json_body import OrjsonProvider
 from flask_app.api.lucidworks import routes as lucidworks
@@ -24,6 +25,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     app.register_blueprint(moorcheh_answer.blueprint)
     errors.install(app, moorcheh_errors.render)
     lucidworks.install(app)
+    engine.install(app)
     auth.install(app, settings.keys())  # before admission: strangers learn nothing
     admission.install(app)
     return app

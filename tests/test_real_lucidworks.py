@@ -60,15 +60,23 @@ def test_sync_batch_answers_one_and_refuses_the_other(server: str) -> None:
     assert kiosk["tokensUsed"]["promptTokens"] > 50 and kiosk["tokensUsed"]["completionTokens"] > 0
     assert fee["answerFound"] is False and fee["sources"] == []
     assert fee["answer"] == "Not possible to answer given this content."
-    # a follow-up is answered from the conversation
+    # a follow-up without documents is answered from the conversation...
+    first = {"batch": [ASK_KIOSK], "modelConfig": DETERMINISTIC}
+    memory = requests.post(server + RAG, json=first, timeout=120).json()["predictions"][0][
+        "memoryUuid"
+    ]
     follow = {
-        "batch": [{"text": "What is the phone number of the kiosk that person manages?"}],
-        "useCaseConfig": {"memoryUuid": kiosk["memoryUuid"]},
+        "batch": [{"text": "Who manages it?"}],
+        "useCaseConfig": {"memoryUuid": memory},
         "modelConfig": DETERMINISTIC,
     }
     again = requests.post(server + RAG, json=follow, timeout=120).json()["predictions"][0]
-    assert again["memoryUuid"] == kiosk["memoryUuid"]
-    assert "555-0142" in again["answer"] or "Dana Ortiz" in again["answer"]
+    assert again["memoryUuid"] == memory
+    assert "Dana Ortiz" in again["answer"] and again["sources"] == ["http://example.com/kiosk"]
+    # ...and only from it: the phone number was in a document, not in an answer
+    follow["batch"] = [{"text": "What is the phone number of the kiosk?"}]
+    last = requests.post(server + RAG, json=follow, timeout=120).json()["predictions"][0]
+    assert last["answerFound"] is False
 
 
 def test_streamed_answer_ends_with_the_json_body(server: str) -> None:

@@ -45,8 +45,9 @@ class AnswerConfig:
     evidence_units: int = 3
     # False: the prompt holds the chosen passages whole, not just their evidence
     evidence_only: bool = True
-    # True: with no passages at all but a conversation, the model answers from it
-    answer_from_history: bool = False
+    # True: each evidence piece is its own prompt passage (Grounding.sources
+    # then holds one hit per piece, repeated for pieces of the same passage)
+    piece_blocks: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,15 +77,6 @@ def ground(
     passages = retriever.passages(question.query, question.top_k)
     floors = [f for f in (question.min_cosine, config.min_cosine) if f is not None]
     candidates = [hit for hit in passages if all(hit.score >= f for f in floors)]
-    if not candidates and config.answer_from_history and question.chat_history:
-        prompt = build_prompt(
-            llm,
-            question,
-            [],
-            answer_tokens=config.max_tokens,
-            context_tokens=config.context_tokens,
-        )
-        return Grounding([], [], None, 0.0, prompt)
     selection = evidence.select(
         _evidence_query(question),
         [hit.text for hit in candidates],
@@ -97,6 +89,18 @@ def ground(
     pieces = [replace(p, passage=renumber[p.passage]) for p in selection.pieces]
     # the best unit is always among the chosen, so its passage is in the prompt
     best = selection.best and replace(selection.best, passage=renumber[selection.best.passage])
+    if config.piece_blocks:
+        by_rank = sorted(pieces, key=lambda p: p.passage)
+        prompt = build_prompt(
+            llm,
+            question,
+            [candidates[used[p.passage]] for p in by_rank],
+            texts=[p.text for p in by_rank],
+            answer_tokens=config.max_tokens,
+            context_tokens=config.context_tokens,
+        )
+        kept = len(prompt.sources)
+        return Grounding(prompt.sources, by_rank[:kept], best, selection.best_score, prompt)
     sources = [candidates[i] for i in used]
     if config.evidence_only:
         blocks = [" … ".join(p.text for p in pieces if p.passage == i) for i in range(len(used))]
@@ -186,6 +190,7 @@ def open_answer(
     question: Question,
     config: AnswerConfig,
     abandoned: Callable[[], bool] | None = None,
+    timeout: float | None = None,
 ) -> AnswerStream:
     """Wait for the model and start the answer (raises LLMOverloaded, LLMTimeout,
     LLMCancelled); with too little evidence, the fixed sentence without the model."""
@@ -201,5 +206,6 @@ def open_answer(
         sampling=question.sampling,
         probe=probe,
         abandoned=abandoned,
+        timeout=timeout,
     )
     return AnswerStream(tokens, probe, grounding, question, config)

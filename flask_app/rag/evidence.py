@@ -39,6 +39,9 @@ class Evidence:
     end: int
     text: str
     score: float  # best unit score inside the piece
+    # the best unit inside the piece (what a citation points at): passage offsets
+    focus_start: int = 0
+    focus_end: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,10 +93,9 @@ def select(question: str, passages: Sequence[str], scoring: Scoring = Scoring())
     coverage = _coverage(terms(question), [term_set(u.text) for _, _, u in cut])
     scored = [_Scored(p, i, u, c) for (p, i, u), c in zip(cut, coverage, strict=True)]
     ranked = sorted(scored, key=lambda s: -s.score)
-    # a unit holding none of the question's words is no evidence (the best is
-    # kept all the same: it carries the score that decides answerability)
-    chosen = [s for s in ranked[: scoring.units_wanted] if s.score > 0] or ranked[:1]
+    chosen = ranked[: scoring.units_wanted]
     wanted: dict[int, dict[int, float]] = {}
+    by_slot = {(s.passage, s.index): s for s in scored}
     for s in chosen:
         lo = max(0, s.index - scoring.neighbours)
         hi = min(len(per_passage[s.passage]), s.index + scoring.neighbours + 1)
@@ -109,12 +111,32 @@ def select(question: str, passages: Sequence[str], scoring: Scoring = Scoring())
             if run and (i != run[-1] + 1):
                 first, last = per_passage[p][run[0]], per_passage[p][run[-1]]
                 text = passages[p][first.start : last.end]
+                # the run's best unit (units past max_units were not scored)
+                top = max(
+                    (by_slot[(p, j)] for j in run if (p, j) in by_slot), key=lambda s: s.score
+                )
                 pieces.append(
-                    Evidence(p, first.start, last.end, text, max(wanted[p][j] for j in run))
+                    Evidence(
+                        p,
+                        first.start,
+                        last.end,
+                        text,
+                        max(wanted[p][j] for j in run),
+                        top.unit.start,
+                        top.unit.end,
+                    )
                 )
                 run = []
             if i >= 0:
                 run.append(i)
     top = ranked[0]
-    best = Evidence(top.passage, top.unit.start, top.unit.end, top.unit.text, top.score)
+    best = Evidence(
+        top.passage,
+        top.unit.start,
+        top.unit.end,
+        top.unit.text,
+        top.score,
+        top.unit.start,
+        top.unit.end,
+    )
     return Selection(pieces, best, top.score)

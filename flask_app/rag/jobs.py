@@ -20,11 +20,13 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from flask_app.store.sqlite_file import transaction
 
 _log = logging.getLogger("edgerag")
 
@@ -94,13 +96,8 @@ class Jobs:
         with self._db() as db:
             db.executescript(_SCHEMA)
 
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        with closing(sqlite3.connect(self.path, timeout=30.0)) as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            with db:
-                yield db
+    def _db(self) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self.path)
 
     def handle(self, kind: str, run: Callable[[Payload], Result]) -> None:
         """`run(payload)` computes a job of `kind`: it returns the result, or

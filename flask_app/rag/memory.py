@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import closing, contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from flask_app.inference.llm import ChatMessage
+from flask_app.store.sqlite_file import transaction
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,8 @@ class Conversations:
         with self._db() as db:
             db.executescript(_SCHEMA)
 
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        with closing(sqlite3.connect(self.path, timeout=30.0)) as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            with db:  # one transaction
-                yield db
+    def _db(self) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self.path)
 
     def _forget_idle(self, db: sqlite3.Connection, now: float) -> None:
         db.execute(

@@ -14,12 +14,21 @@ from dataclasses import dataclass
 
 NO_CONTEXT_ANSWER = "I don't have enough information to answer that question."
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You answer questions using only the text in the user's message. Answer in one "
-    "short sentence and copy the exact words of the text for names, commands, options, "
-    "numbers and dates. If the text does not contain the answer, reply exactly: "
-    + NO_CONTEXT_ANSWER
+# The system prompt is grounding + style + refusal; a surface may replace the
+# style (Engine `instructions`), never the grounding and refusal rules.
+GROUNDING_RULE = "You answer questions using only the text in the user's message."
+DEFAULT_STYLE = (
+    "Answer in one short sentence and copy the exact words of the text for names, "
+    "commands, options, numbers and dates."
 )
+REFUSAL_RULE = "If the text does not contain the answer, reply exactly: " + NO_CONTEXT_ANSWER
+
+
+def system_prompt(style: str = DEFAULT_STYLE) -> str:
+    return f"{GROUNDING_RULE} {style.strip()} {REFUSAL_RULE}"
+
+
+DEFAULT_SYSTEM_PROMPT = system_prompt()
 
 
 def document_label(position: int, passage_id: str, metadata: dict[str, object] | None) -> str:

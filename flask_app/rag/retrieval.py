@@ -13,6 +13,7 @@ Passages come back best first as hits whose score is their dense cosine.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,11 +48,15 @@ def hybrid(
     k: int,
     *,
     metadata: Mapping[str, Any] | None = None,
+    only: AbstractSet[str] | None = None,
     depth: int = 30,
 ) -> list[Hit]:
-    """The k best passages by fused dense + BM25 rank, each ranking `depth` deep."""
-    dense = collection.search(vector, depth, metadata=metadata)
-    lexical = collection.lexical_search(lexical_words(question), depth, metadata=metadata)
+    """The k best passages by fused dense + BM25 rank, each ranking `depth`
+    deep, among the items matching `metadata` and in `only` (when given)."""
+    dense = collection.search(vector, depth, metadata=metadata, only=only)
+    lexical = collection.lexical_search(
+        lexical_words(question), depth, metadata=metadata, only=only
+    )
     fused: dict[str, float] = {}
     for rank, hit in enumerate(dense):
         fused[hit.id] = fused.get(hit.id, 0.0) + 1.0 / (RRF_K + rank + 1)
@@ -85,11 +90,14 @@ class StoredCollection:
     collection: Collection
     vector: Vector
     metadata: Mapping[str, Any] | None = None
+    only: AbstractSet[str] | None = None  # item ids the caller may see (None: all)
 
     def passages(self, question: str, k: int) -> list[Hit]:
-        if self.collection.info().dimension is None:
+        if self.collection.info().dimension is None or (self.only is not None and not self.only):
             return []
-        return hybrid(self.collection, self.vector, question, k, metadata=self.metadata)
+        return hybrid(
+            self.collection, self.vector, question, k, metadata=self.metadata, only=self.only
+        )
 
 
 @dataclass(frozen=True)

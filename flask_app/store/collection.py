@@ -30,6 +30,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -471,8 +472,10 @@ class Collection:
         *,
         metadata: Mapping[str, MetadataValue] | None = None,
         mode: str = "exact",
+        only: AbstractSet[str] | None = None,
     ) -> list[Hit]:
-        """Top-k by cosine similarity (raw inner product of unit vectors)."""
+        """Top-k by cosine similarity (raw inner product of unit vectors),
+        among the items matching `metadata` and (when given) in `only`."""
         with self._reading():
             if self._index is None:
                 return []
@@ -480,6 +483,8 @@ class Collection:
             unit, bad = unit_rows(query.reshape(1, -1))
             q = query if bad is not None else unit[0]  # float64 norm: 1e30 does not overflow
             allow = self.matching_ids(metadata) if metadata else None
+            if only is not None:
+                allow = sorted(only) if allow is None else [i for i in allow if i in only]
             if allow is not None and not allow:
                 return []
             ids, scores = index.search(q, k, mode=mode, allow=allow)
@@ -496,6 +501,7 @@ class Collection:
         k: int,
         *,
         metadata: Mapping[str, MetadataValue] | None = None,
+        only: AbstractSet[str] | None = None,
     ) -> list[tuple[str, float]]:
         """Up to k (id, BM25 score) pairs for items whose text holds any of
         `words` (porter-stemmed), best first; higher scores are better."""
@@ -504,6 +510,8 @@ class Collection:
         match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
         with self._reading():
             allow = set(self.matching_ids(metadata)) if metadata else None
+            if only is not None:
+                allow = set(only) if allow is None else allow & only
             fetch = k if allow is None else k * 10
             rows = (
                 self._db()

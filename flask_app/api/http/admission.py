@@ -37,7 +37,12 @@ def body_rule(app: Flask, method: str, path: str) -> BodyRule | None:
         app.url_map.bind("localhost").match(path, method=method)
     except HTTPException:
         return None
-    return BodyRule(int(app.config.get("MAX_CONTENT_LENGTH") or 0), JSON_TYPES)
+    limit = int(app.config.get("MAX_CONTENT_LENGTH") or 0)
+    # a surface may set a smaller limit for its paths: (path prefix, bytes)
+    for prefix, bytes_ in app.config.get("EDGERAG_BODY_LIMITS", []):
+        if path.startswith(prefix):
+            limit = min(limit, bytes_) if limit else bytes_
+    return BodyRule(limit, JSON_TYPES)
 
 
 def _type_ok(mimetype: str, allowed: tuple[str, ...]) -> bool:

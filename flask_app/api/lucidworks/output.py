@@ -24,11 +24,12 @@ DEFAULT_NOT_FOUND = "Not possible to answer given this content."
 
 
 def label(position: int, passage_id: str, metadata: dict[str, object] | None) -> str:
-    """`Document 1:` then `title: … | date: … | source: …` (what is given)."""
+    """`Document 1 (title: …; date: …; source: …):` with what is given."""
     meta = metadata or {}
     parts = [f"{key}: {meta[key]}" for key in ("title", "date", "source") if meta.get(key)]
-    head = f"Document {position + 1}:"
-    return head + "\n" + " | ".join(parts) if parts else head
+    return (
+        f"Document {position + 1} ({'; '.join(parts)}):" if parts else f"Document {position + 1}:"
+    )
 
 
 def render(indices: Sequence[int], answer: str) -> str:

@@ -58,13 +58,24 @@ def sampling(config: ModelConfig) -> Sampling:
     )
 
 
-def _documents(item: Any) -> list[Document]:
+@dataclass(frozen=True)
+class _Doc:
+    body: str
+    source: str
+    title: str | None = None
+    date: str | int | None = None
+
+
+def _documents(item: Any, turns: Sequence[Turn]) -> list[_Doc]:
+    """The item's documents; a follow-up sent without documents is answered
+    from the conversation's earlier answers (each citing what it cited), so
+    it is grounded and gated like any other answer."""
+    if item.documents:
+        return [_Doc(d.body, d.source, d.title, d.date) for d in item.documents]
     return [
-        Document(
-            d.body,
-            {"title": d.title, "date": d.date, "source": d.source},
-        )
-        for d in item.documents
+        _Doc(f"{t.question} {t.answer}", t.sources[0] if t.sources else "", "earlier answer")
+        for t in turns
+        if t.sources  # a not-found turn holds no evidence
     ]
 
 
@@ -107,11 +118,11 @@ def predict_rag(
     use = request.useCaseConfig
     memory = use.memoryUuid or str(uuid.uuid4())
     not_found = use.answerNotFoundMessage or output.DEFAULT_NOT_FOUND
-    history: list[ChatMessage] = as_history(surface.conversations.turns(memory))
+    remembered = surface.conversations.turns(memory)
+    history: list[ChatMessage] = as_history(remembered)
     config = replace(
         surface.config,
         evidence_only=use.extractRelevantContent,
-        answer_from_history=True,
         max_tokens=request.modelConfig.maxTokens or surface.config.max_tokens,
     )
     if config.max_tokens >= llm.n_ctx:
@@ -121,7 +132,10 @@ def predict_rag(
     predictions: list[dict[str, Any]] = []
     turns: list[Turn] = []
     for index, item in enumerate(request.batch):
-        documents = _documents(item)
+        docs = _documents(item, remembered)
+        documents = [
+            Document(d.body, {"title": d.title, "date": d.date, "source": d.source}) for d in docs
+        ]
         question = rag.Question(
             query=item.text,
             top_k=min(len(documents), MAX_RANKED),
@@ -142,8 +156,8 @@ def predict_rag(
                 if on_delta is not None and (text := deltas.feed(delta)):
                     on_delta(index, text)
         raw = "".join(parts)
-        parsed = output.parse(raw, len(item.documents), not_found)
-        cited = _cited(parsed, item.text, grounding, item.documents)
+        parsed = output.parse(raw, len(docs), not_found)
+        cited = _cited(parsed, item.text, grounding, docs)
         if on_delta is not None and (rest := deltas.finish(parsed.answer)):
             on_delta(index, rest)
         # tokens the model really read and wrote (none when refused before it ran)
@@ -161,7 +175,7 @@ def predict_rag(
             },
             "answer": parsed.answer,
             "answerFound": parsed.found,
-            "sources": output.urls(cited, [d.source for d in item.documents]),
+            "sources": [u for u in output.urls(cited, [d.source for d in docs]) if u],
             "memoryUuid": memory,
             "response": response,
         }

@@ -15,7 +15,7 @@ from flask_app.api.http import errors as http_errors
 from flask_app.api.http.disconnect import client_gone_probe
 from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
 from flask_app.api.http.json_body import json_object
-from flask_app.api.http.sse import sse
+from flask_app.api.http.sse import event_stream, sse
 from flask_app.api.lucidworks import embedding, errors, models
 from flask_app.api.lucidworks.predict import Surface, predict_rag, rewrite_query
 from flask_app.api.lucidworks.schemas import RagRequest, TextRequest, parse, without_secrets
@@ -119,13 +119,7 @@ def _stream(rag_request: RagRequest) -> Response:
         finally:
             left.set()  # the client is gone (or the stream ended): stop generating
 
-    response = Response(
-        frames(),
-        mimetype="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-    response.call_on_close(left.set)
-    return response
+    return event_stream(frames(), left.set)
 
 
 @blueprint.post("/async-prediction/<use_case>/<model_id>")

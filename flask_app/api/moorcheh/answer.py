@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from flask_app import rag
 from flask_app.api.http.disconnect import client_gone_probe
 from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
 from flask_app.api.http.json_body import json_object, validate
-from flask_app.api.http.sse import sse
+from flask_app.api.http.sse import event_stream, sse
 from flask_app.api.moorcheh import scores
 from flask_app.api.moorcheh.routes import kiosk_floor, parse_vector, top_k_value
 from flask_app.api.moorcheh.schemas import Answer
@@ -153,12 +153,5 @@ def answer_stream() -> ResponseReturnValue:
             stream.close()  # also runs when the client disconnects (GeneratorExit)
         yield sse("done", _result(llm, question, grounding, sources, stream, "".join(parts)))
 
-    response = Response(
-        events(),
-        mimetype="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-    # the model is held from here: a response closed before the generator
-    # ever ran (client gone before the first read) must still release it
-    response.call_on_close(stream.close)
-    return response
+    # the model is held from here: closing the response releases it
+    return event_stream(events(), stream.close)

@@ -1,0 +1,277 @@
+"""`:answer`, `:readSpans` and `/info` (spec §2, §4, §5): the shared
+pipeline over the caller's visible files, citations by construction."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+from flask.typing import ResponseReturnValue
+
+from flask_app import rag
+from flask_app.api.engine import citations, requests, state
+from flask_app.api.engine.errors import MAX_REQUEST_BYTES, EngineError, invalid, request_id
+from flask_app.api.engine.filters import FilterError
+from flask_app.api.engine.filters import parse as parse_filter
+from flask_app.api.engine.resources import collection_or_404
+from flask_app.api.http.disconnect import client_gone_probe
+from flask_app.api.http.extensions import answer_config_of, services_of
+from flask_app.api.http.json_body import json_object
+from flask_app.inference.llm import ChatMessage
+from flask_app.rag import evidence, prompts
+from flask_app.rag.answer import Grounding, ground, open_answer
+from flask_app.rag.retrieval import StoredCollection
+from flask_app.store.catalog import CollectionRecord, FileRecord, chunk_id
+
+blueprint = Blueprint("engine_answer", __name__)
+
+TIME_LIMIT_S = 45.0
+NOT_FOUND_ANSWER = "The collection does not contain this information."
+# effort → (passages retrieved, evidence units kept, credits)
+EFFORT = {"medium": (12, 3, 1), "high": (24, 6, 4)}
+
+
+def _label(position: int, passage_id: str, metadata: dict[str, object] | None) -> str:
+    return f"Document {position + 1} ({citations.ref(position)}):"
+
+
+def visible_files(
+    collection: CollectionRecord, principals: list[str] | None, text_filter: str | None
+) -> list[FileRecord]:
+    """Ready files the caller may read and the filter keeps."""
+    try:
+        keep = parse_filter(text_filter or "")
+    except FilterError as exc:
+        raise invalid(str(exc), "filter", position=exc.position) from None
+    files = [
+        f
+        for f in state.catalog().files(collection.namespace, collection.name)
+        if f.status == "ready"
+    ]
+    if collection.access_control == "enforced":
+        allowed = set(principals or [])
+        files = [f for f in files if allowed & set(f.principals)]
+    return [f for f in files if keep is None or keep(f)]
+
+
+def _require_principals(collection: CollectionRecord, principals: list[str] | None) -> None:
+    if collection.access_control == "enforced" and not principals:
+        raise invalid(
+            "principals is required for collections with enforced access control.", "principals"
+        )
+
+
+def _ready(collection: CollectionRecord) -> None:
+    if collection.file_count == 0:
+        raise EngineError(409, "collection_empty", "The collection has no files.")
+    if collection.ready_file_count == 0:
+        if collection.processing_file_count:
+            raise EngineError(
+                409,
+                "collection_not_ready",
+                "The collection is still being indexed. Retry shortly.",
+                retryable=True,
+            )
+        raise EngineError(
+            409,
+            "collection_not_ready",
+            "No file in the collection could be indexed. Fix the failed files and retry.",
+        )
+
+
+def _source(
+    position: int,
+    grounding: Grounding,
+    files: dict[str, FileRecord],
+    spans: dict[str, list[tuple[int, int]]],
+    cited: bool,
+) -> dict[str, Any]:
+    hit, piece = grounding.sources[position], grounding.pieces[position]
+    file_id, n = hit.id.rsplit("#", 1)
+    chunk_start = spans[file_id][int(n)][0]
+    record = files[file_id]
+    return {
+        "ref": citations.ref(position),
+        "span": {
+            "file_id": file_id,
+            "unit": "chars",
+            "start": chunk_start + piece.focus_start,
+            "end": chunk_start + piece.focus_end,
+        },
+        "path": record.path,
+        "content_type": record.content_type,
+        "score": round(min(1.0, max(0.0, hit.score)), 4),
+        "cited": cited,
+    }
+
+
+@blueprint.post("/namespaces/<ns>/collections/<target>")
+def collection_method(ns: str, target: str) -> ResponseReturnValue:
+    name, sep, verb = target.partition(":")
+    if not sep:
+        raise EngineError(405, "method_not_allowed", "Method not allowed.")
+    if verb == "answer":
+        return answer(ns, name)
+    if verb == "readSpans":
+        return read_spans(ns, name)
+    raise EngineError(404, "not_found", f"Not found: method {verb}")
+
+
+def answer(ns: str, name: str) -> ResponseReturnValue:
+    started = time.monotonic()
+    ask = requests.answer_request(json_object(request))
+    collection = collection_or_404(ns, name)
+    _require_principals(collection, ask.principals)
+    files = visible_files(collection, ask.principals, ask.filter)
+    _ready(collection)
+    if ask.image is not None:
+        raise invalid(
+            "query_image needs a vision model and this server has none (start it with a "
+            "multimodal GGUF and its projector to describe images).",
+            "query_image",
+        )
+    services = services_of(current_app)
+    if services.llm is None:
+        raise rag.LLMNotConfigured()
+    depth, units, credits = EFFORT[ask.effort]
+    spans = {f.file_id: state.catalog().spans(f.file_id) for f in files}
+    only = {chunk_id(fid, n) for fid, chunk_spans in spans.items() for n in range(len(chunk_spans))}
+    chunks = services.store.collection(ns, name)
+    style = ask.instructions if ask.instructions else prompts.DEFAULT_STYLE
+    form = prompts.AnswerForm(
+        system=prompts.system_prompt(style), label=_label, refusal=NOT_FOUND_ANSWER
+    )
+    history: list[ChatMessage] = [{"role": m["role"], "content": m["content"]} for m in ask.history]
+    question = rag.Question(query=ask.query, top_k=depth, chat_history=history, form=form)
+    config = replace(
+        answer_config_of(current_app), evidence_units=units, piece_blocks=True, evidence_only=True
+    )
+    if only and services.embedder is not None:
+        vector = rag.query_vector(chunks, question, services.embedder)
+        retriever = StoredCollection(chunks, vector, only=only)
+        grounding = ground(services.llm, retriever, question, config)
+    else:
+        grounding = Grounding([], [], None, 0.0, None)
+    remaining = TIME_LIMIT_S - (time.monotonic() - started)
+    with open_answer(
+        services.llm,
+        grounding,
+        question,
+        config,
+        abandoned=client_gone_probe(),
+        timeout=max(0.1, remaining),
+    ) as stream:
+        text = "".join(stream)
+    refused = stream.refused or _is_refusal(text)
+    if refused:
+        text = NOT_FOUND_ANSWER
+    passages = len(grounding.sources)
+
+    def supported() -> list[int]:
+        holding = evidence.supporting(text, ask.query, [p.text for p in grounding.pieces])
+        if holding:
+            return holding[:2]
+        top = grounding.best
+        best = next(
+            (
+                i
+                for i, p in enumerate(grounding.pieces)
+                if top is not None and p.passage == top.passage and p.start <= top.start < p.end
+            ),
+            0,
+        )
+        return [best] if passages else []
+
+    mode = "none" if refused else ask.sources
+    text, cited = citations.finalize(text, passages, mode if passages else "none", supported)
+    by_id = {f.file_id: f for f in files}
+    listed: list[int] = []
+    if ask.sources != "none":
+        listed = list(cited)
+        if ask.sources == "all":
+            listed += [i for i in range(passages) if i not in cited]
+    body = {
+        "request_id": request_id(),
+        "answer": text,
+        "effort": ask.effort,
+        "sources": [_source(i, grounding, by_id, spans, i in cited) for i in listed],
+        "image_description": None,
+        "usage": {"credits": credits},
+    }
+    return jsonify(body)
+
+
+def _is_refusal(text: str) -> bool:
+    """The model's own refusal sentence."""
+    said = " ".join(text.lower().split())
+    return said.startswith(" ".join(prompts.NO_CONTEXT_ANSWER.lower().split())[:40])
+
+
+def read_spans(ns: str, name: str) -> ResponseReturnValue:
+    spans, context, principals = requests.read_spans_request(json_object(request))
+    collection = collection_or_404(ns, name)
+    _require_principals(collection, principals)
+    visible = {f.file_id: f for f in visible_files(collection, principals, None)}
+    out = []
+    for i, span in enumerate(spans):
+        record = visible.get(span.file_id)
+        if record is None:
+            raise EngineError(404, "not_found", f"Not found: file {span.file_id}")
+        text = state.catalog().text(span.file_id) or ""
+        if span.end > len(text):
+            raise invalid(
+                f"spans[{i}] ends after the file's {len(text)} characters.", f"spans[{i}]"
+            )
+        out.append(
+            {
+                "file_id": span.file_id,
+                "unit": "chars",
+                "start": span.start,
+                "end": span.end,
+                "path": record.path,
+                "content_type": record.content_type,
+                "text": text[span.start : span.end],
+                "context_before": text[max(0, span.start - context) : span.start],
+                "context_after": text[span.end : span.end + context],
+            }
+        )
+    return jsonify({"request_id": request_id(), "spans": out, "usage": {"credits": 0}})
+
+
+@blueprint.get("/info")
+def info() -> Response:
+    return jsonify(
+        {
+            "doc_version": "0.1.0-preview",
+            "answer": {
+                "efforts": list(requests.EFFORTS),
+                "default_effort": "medium",
+                "sources_modes": list(requests.SOURCES_MODES),
+                "default_sources": "all",
+                "time_limit_seconds": int(TIME_LIMIT_S),
+                "limits": {
+                    "max_request_bytes": MAX_REQUEST_BYTES,
+                    "query_max_chars": requests.QUERY_MAX,
+                    "instructions_max_chars": requests.INSTRUCTIONS_MAX,
+                    "history_max_messages": requests.HISTORY_MAX,
+                    "history_message_max_chars": requests.HISTORY_MESSAGE_MAX,
+                    "query_image_max_bytes": requests.IMAGE_MAX_BYTES,
+                    "query_image_media_types": list(requests.IMAGE_TYPES),
+                    "filter_max_chars": requests.FILTER_MAX,
+                    "principals_max": requests.PRINCIPALS_MAX,
+                },
+            },
+            "read_spans": {
+                "max_spans": requests.MAX_SPANS,
+                "max_span_chars": requests.MAX_SPAN_CHARS,
+                "max_context_chars": requests.MAX_CONTEXT_CHARS,
+            },
+            "filter": {
+                "fields": ["path", "content_type", "file_id", "metadata.<key>"],
+                "operators": ["=", "!=", "<", "<=", ">", ">=", "IN"],
+                "logical": ["AND", "OR", "NOT"],
+            },
+        }
+    )

@@ -1,0 +1,311 @@
+"""Namespaces, collections and files (spec §7): thin routes over the catalog;
+uploads are answered 202 and ingested by the worker."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+from flask.typing import ResponseReturnValue
+
+from flask_app.api.engine import state
+from flask_app.api.engine.errors import EngineError, invalid, not_found, request_id
+from flask_app.api.engine.filters import FilterError
+from flask_app.api.engine.filters import parse as parse_filter
+from flask_app.api.engine.requests import check_name, principals_of
+from flask_app.api.http.json_body import json_object
+from flask_app.ingest.extract import BINARY_TYPES, CONTENT_TYPES
+from flask_app.store.catalog import (
+    CollectionRecord,
+    FileRecord,
+    NamespaceRecord,
+    NotEmpty,
+    rfc3339,
+)
+
+blueprint = Blueprint("engine_resources", __name__)
+
+MAX_PAGE = 100
+DEFAULT_PAGE = 50
+MAX_METADATA_KEYS = 64
+_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _namespace_json(record: NamespaceRecord) -> dict[str, Any]:
+    return {"name": record.name, "created_at": rfc3339(record.created_at)}
+
+
+def collection_json(record: CollectionRecord) -> dict[str, Any]:
+    return {
+        "namespace": record.namespace,
+        "name": record.name,
+        "description": record.description,
+        "access_control": record.access_control,
+        "status": record.status,
+        "file_count": record.file_count,
+        "ready_file_count": record.ready_file_count,
+        "processing_file_count": record.processing_file_count,
+        "failed_file_count": record.failed_file_count,
+        "created_at": rfc3339(record.created_at),
+        "updated_at": rfc3339(record.updated_at),
+    }
+
+
+def file_json(record: FileRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "file_id": record.file_id,
+        "path": record.path,
+        "content_type": record.content_type,
+        "size_bytes": record.size_bytes,
+        "char_count": record.char_count,
+        "metadata": record.metadata,
+        "principals": record.principals,
+        "status": record.status,
+        "created_at": rfc3339(record.created_at),
+    }
+    if record.status == "processing":
+        out["progress"] = {"chunks_done": record.chunks_done, "chunks_total": record.chunks_total}
+    if record.error:
+        out["error"] = record.error
+    return out
+
+
+def _ok(body: dict[str, Any], status: int = 200) -> tuple[Response, int]:
+    return jsonify({"request_id": request_id(), **body}), status
+
+
+def _page() -> tuple[int, str | None]:
+    raw = request.args.get("page_size", str(DEFAULT_PAGE))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise invalid(f"page_size must be between 1 and {MAX_PAGE}.", "page_size")
+    token = request.args.get("page_token") or None
+    after = None
+    if token:
+        try:
+            after = base64.urlsafe_b64decode(token.encode()).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise invalid("page_token is not valid.", "page_token") from None
+    return int(raw), after
+
+
+def _token(last: str | None) -> str | None:
+    return base64.urlsafe_b64encode(last.encode()).decode() if last else None
+
+
+def namespace_or_404(ns: str) -> NamespaceRecord:
+    check_name("namespace", ns)
+    record = state.catalog().namespace(ns)
+    if record is None:
+        raise not_found(f"namespace {ns}")
+    return record
+
+
+def collection_or_404(ns: str, name: str) -> CollectionRecord:
+    namespace_or_404(ns)
+    check_name("collection", name)
+    record = state.catalog().collection(ns, name)
+    if record is None:
+        raise not_found(f"collection {ns}/{name}")
+    return record
+
+
+def _optional_json() -> dict[str, Any]:
+    if not request.get_data(cache=True).strip():
+        return {}
+    return json_object(request)
+
+
+@blueprint.put("/namespaces/<ns>")
+def put_namespace(ns: str) -> ResponseReturnValue:
+    check_name("namespace", ns)
+    body = _optional_json()
+    if body:
+        raise invalid(f"Unknown field: {next(iter(body))}", next(iter(body)))
+    record, created = state.catalog().put_namespace(ns)
+    return _ok(_namespace_json(record), 201 if created else 200)
+
+
+@blueprint.get("/namespaces/<ns>")
+def get_namespace(ns: str) -> ResponseReturnValue:
+    return _ok(_namespace_json(namespace_or_404(ns)))
+
+
+@blueprint.delete("/namespaces/<ns>")
+def delete_namespace(ns: str) -> ResponseReturnValue:
+    namespace_or_404(ns)
+    try:
+        state.catalog().delete_namespace(ns)
+    except NotEmpty:
+        raise EngineError(
+            409, "namespace_not_empty", "The namespace still contains collections."
+        ) from None
+    return Response(status=204, headers={"X-Request-Id": request_id()})
+
+
+@blueprint.put("/namespaces/<ns>/collections/<name>")
+def put_collection(ns: str, name: str) -> ResponseReturnValue:
+    namespace_or_404(ns)
+    check_name("collection", name)
+    body = _optional_json()
+    for key in body:
+        if key not in ("description", "access_control"):
+            raise invalid(f"Unknown field: {key}", key)
+    description = body.get("description")
+    if description is not None and (not isinstance(description, str) or len(description) > 1000):
+        raise invalid("description must be a string of at most 1000 characters.", "description")
+    access = body.get("access_control")
+    if access is not None and access not in ("open", "enforced"):
+        raise invalid("access_control must be one of: open, enforced", "access_control")
+    try:
+        record, created = state.catalog().put_collection(ns, name, description, access)
+    except ValueError as exc:
+        raise invalid(str(exc), "access_control") from None
+    return _ok(collection_json(record), 201 if created else 200)
+
+
+@blueprint.get("/namespaces/<ns>/collections/<name>")
+def get_collection(ns: str, name: str) -> ResponseReturnValue:
+    return _ok(collection_json(collection_or_404(ns, name)))
+
+
+@blueprint.get("/namespaces/<ns>/collections")
+def list_collections(ns: str) -> ResponseReturnValue:
+    namespace_or_404(ns)
+    size, after = _page()
+    records = state.catalog().collections(ns, size + 1, after)
+    more = len(records) > size
+    records = records[:size]
+    return _ok(
+        {
+            "collections": [collection_json(r) for r in records],
+            "next_page_token": _token(records[-1].name) if more else None,
+        }
+    )
+
+
+@blueprint.delete("/namespaces/<ns>/collections/<name>")
+def delete_collection(ns: str, name: str) -> ResponseReturnValue:
+    collection_or_404(ns, name)
+    state.catalog().delete_collection(ns, name)
+    current_app_store().drop(ns, name)  # frees the chunks' disk
+    return Response(status=204, headers={"X-Request-Id": request_id()})
+
+
+def current_app_store() -> Any:
+    from flask_app.api.http.extensions import services_of
+
+    return services_of(current_app).store
+
+
+def _metadata(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > MAX_METADATA_KEYS:
+        raise invalid(
+            f"metadata must be an object of at most {MAX_METADATA_KEYS} keys.", "metadata"
+        )
+    for key, item in value.items():
+        if not _KEY.fullmatch(key):
+            raise invalid("metadata keys must be 1-64 letters, digits, _ or -.", f"metadata.{key}")
+        ok = isinstance(item, (bool, int, float)) or (isinstance(item, str) and len(item) <= 1024)
+        if not ok:
+            raise invalid(
+                "metadata values must be strings (at most 1024 characters), numbers or booleans.",
+                f"metadata.{key}",
+            )
+    return dict(value)
+
+
+def _path(value: Any) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= 1024:
+        raise invalid("path is required (1-1024 characters).", "path")
+    parts = value.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise invalid("path must be /-separated names without empty, . or .. segments.", "path")
+    return value
+
+
+@blueprint.post("/namespaces/<ns>/collections/<name>/files")
+def upload_file(ns: str, name: str) -> ResponseReturnValue:
+    body = json_object(request)
+    for key in body:
+        if key not in ("path", "content_type", "text", "data", "metadata", "principals"):
+            raise invalid(f"Unknown field: {key}", key)
+    collection = collection_or_404(ns, name)
+    path = _path(body.get("path"))
+    content_type = body.get("content_type")
+    if content_type not in CONTENT_TYPES:
+        raise invalid("content_type must be one of: " + ", ".join(CONTENT_TYPES), "content_type")
+    text, data = body.get("text"), body.get("data")
+    if (text is None) == (data is None):
+        raise invalid("Exactly one of text or data is required.", "text")
+    if text is not None:
+        if not isinstance(text, str) or content_type in BINARY_TYPES:
+            raise invalid(f"{content_type} files are sent as base64 data.", "text")
+        raw = text.encode("utf-8")
+    else:
+        try:
+            raw = base64.b64decode(data, validate=True) if isinstance(data, str) else b""
+        except binascii.Error:
+            raw = b""
+        if not raw:
+            raise invalid("data must be non-empty valid base64.", "data")
+    metadata = _metadata(body.get("metadata"))
+    principals = principals_of(body) or []
+    if collection.access_control == "enforced" and not principals:
+        raise invalid(
+            "principals is required for collections with enforced access control.", "principals"
+        )
+    record, replaced = state.catalog().add_file(
+        ns, name, path, str(content_type), raw, metadata, principals
+    )
+    if replaced is not None:
+        state.forget_chunks(ns, name, replaced)
+    state.ingestor().start()
+    return _ok(file_json(record), 202)
+
+
+@blueprint.get("/namespaces/<ns>/collections/<name>/files")
+def list_files(ns: str, name: str) -> ResponseReturnValue:
+    collection_or_404(ns, name)
+    size, after = _page()
+    text_filter = request.args.get("filter", "")
+    try:
+        keep = parse_filter(text_filter)
+    except FilterError as exc:
+        raise invalid(str(exc), "filter", position=exc.position) from None
+    records = state.catalog().files(ns, name)
+    records = [r for r in records if (after is None or r.file_id > after)]
+    if keep is not None:
+        records = [r for r in records if keep(r)]
+    page, more = records[:size], len(records) > size
+    return _ok(
+        {
+            "files": [file_json(r) for r in page],
+            "next_page_token": _token(page[-1].file_id) if more else None,
+        }
+    )
+
+
+def _file_or_404(ns: str, name: str, file_id: str) -> FileRecord:
+    collection_or_404(ns, name)
+    record = state.catalog().file(file_id)
+    if record is None or (record.namespace, record.collection) != (ns, name):
+        raise not_found(f"file {file_id}")
+    return record
+
+
+@blueprint.get("/namespaces/<ns>/collections/<name>/files/<file_id>")
+def get_file(ns: str, name: str, file_id: str) -> ResponseReturnValue:
+    return _ok(file_json(_file_or_404(ns, name, file_id)))
+
+
+@blueprint.delete("/namespaces/<ns>/collections/<name>/files/<file_id>")
+def delete_file(ns: str, name: str, file_id: str) -> ResponseReturnValue:
+    _file_or_404(ns, name, file_id)
+    state.forget_chunks(ns, name, file_id)
+    state.catalog().delete_file(file_id)
+    return Response(status=204, headers={"X-Request-Id": request_id()})

@@ -1,0 +1,38 @@
+"""Install the Engine surface on an app: its routes, error envelope,
+request ids, body limit, catalog and ingestion worker."""
+
+from __future__ import annotations
+
+from flask import Flask, Response, g
+
+from flask_app.api.engine import answer, errors, resources, state
+from flask_app.api.http import errors as http_errors
+from flask_app.api.http.extensions import services_of, settings_of
+from flask_app.ingest.worker import Ingestor
+from flask_app.store.catalog import Catalog
+
+PREFIXES = ("/namespaces", "/info")
+
+
+def install(app: Flask) -> None:
+    settings = settings_of(app)
+    services = services_of(app)
+    catalog = Catalog(settings.data_dir / "catalog.sqlite3")
+    ingestor = Ingestor(catalog, services.store, services.embedder)
+    app.extensions[state.KEY] = state.EngineState(catalog, ingestor)
+    app.register_blueprint(resources.blueprint)
+    app.register_blueprint(answer.blueprint)
+    for prefix in PREFIXES:
+        http_errors.add_surface(app, prefix, errors.render)
+    limits = app.config.setdefault("EDGERAG_BODY_LIMITS", [])
+    limits.append(("/namespaces/", errors.MAX_REQUEST_BYTES))
+
+    @app.after_request
+    def request_id_header(response: Response) -> Response:
+        rid = g.get("engine_request_id")
+        if rid is not None:
+            response.headers["X-Request-Id"] = rid
+        return response
+
+    if catalog.pending():
+        ingestor.start()  # files accepted before a restart

@@ -1,0 +1,1 @@
+"""Files → extracted text → chunks with code-point spans → embedded rows."""

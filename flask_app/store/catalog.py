@@ -1,0 +1,453 @@
+"""The catalog of named namespaces, collections and files (the Engine
+surface's data model), in `<data-dir>/catalog.sqlite3`.
+
+A file row holds its original bytes until ingestion has extracted its text;
+then its text and the code-point spans of its chunks (the chunks' vectors
+and words live in the collection's own store under the chunk ids
+`<file_id>#<n>`). Uploading to an existing path replaces that file in the
+same transaction that registers the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ulid import ULID
+
+PROCESSING, READY, FAILED = "processing", "ready", "failed"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS namespaces (
+    name TEXT PRIMARY KEY,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS collections (
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    description TEXT NOT NULL,
+    access_control TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (namespace, name)
+);
+CREATE TABLE IF NOT EXISTS files (
+    file_id TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    collection TEXT NOT NULL,
+    path TEXT NOT NULL,
+    content_type TEXT NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    metadata TEXT NOT NULL,
+    principals TEXT NOT NULL,
+    status TEXT NOT NULL,
+    error TEXT,
+    data BLOB,
+    text TEXT,
+    chunks_done INTEGER NOT NULL DEFAULT 0,
+    chunks_total INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS files_path ON files (namespace, collection, path);
+CREATE INDEX IF NOT EXISTS files_status ON files (status, created_at);
+CREATE TABLE IF NOT EXISTS chunks (
+    file_id TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    "end" INTEGER NOT NULL,
+    PRIMARY KEY (file_id, n)
+);
+"""
+
+
+def rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{ULID()}"
+
+
+def chunk_id(file_id: str, n: int) -> str:
+    return f"{file_id}#{n}"
+
+
+@dataclass(frozen=True)
+class NamespaceRecord:
+    name: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class CollectionRecord:
+    namespace: str
+    name: str
+    description: str
+    access_control: str
+    created_at: float
+    updated_at: float
+    file_count: int = 0
+    ready_file_count: int = 0
+    processing_file_count: int = 0
+    failed_file_count: int = 0
+
+    @property
+    def status(self) -> str:
+        if self.file_count == 0:
+            return "empty"
+        return "ready" if self.ready_file_count else "indexing"
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    file_id: str
+    namespace: str
+    collection: str
+    path: str
+    content_type: str
+    size_bytes: int
+    metadata: dict[str, Any]
+    principals: list[str]
+    status: str
+    error: dict[str, str] | None
+    chunks_done: int
+    chunks_total: int
+    created_at: float
+    char_count: int | None
+
+
+class NotEmpty(Exception):
+    """A namespace that still holds collections."""
+
+
+_FILE_COLUMNS = (
+    "file_id, namespace, collection, path, content_type, size_bytes, metadata, principals, "
+    "status, error, chunks_done, chunks_total, created_at, length(text)"
+)
+
+
+def _file(row: Sequence[Any]) -> FileRecord:
+    return FileRecord(
+        file_id=row[0],
+        namespace=row[1],
+        collection=row[2],
+        path=row[3],
+        content_type=row[4],
+        size_bytes=row[5],
+        metadata=json.loads(row[6]),
+        principals=json.loads(row[7]),
+        status=row[8],
+        error=json.loads(row[9]) if row[9] else None,
+        chunks_done=row[10],
+        chunks_total=row[11],
+        created_at=row[12],
+        char_count=row[13],
+    )
+
+
+class Catalog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self._db().executescript(_SCHEMA)
+
+    def _db(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            self._local.db = db
+        return db
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        db = self._db()
+        with self._write_lock:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    # --- namespaces --------------------------------------------------------------
+
+    def put_namespace(self, name: str) -> tuple[NamespaceRecord, bool]:
+        with self._tx() as db:
+            row = db.execute("SELECT created_at FROM namespaces WHERE name = ?", (name,)).fetchone()
+            if row:
+                return NamespaceRecord(name, row[0]), False
+            now = time.time()
+            db.execute("INSERT INTO namespaces VALUES (?, ?)", (name, now))
+            return NamespaceRecord(name, now), True
+
+    def namespace(self, name: str) -> NamespaceRecord | None:
+        row = (
+            self._db()
+            .execute("SELECT created_at FROM namespaces WHERE name = ?", (name,))
+            .fetchone()
+        )
+        return NamespaceRecord(name, row[0]) if row else None
+
+    def delete_namespace(self, name: str) -> bool:
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM collections WHERE namespace = ?", (name,)).fetchone():
+                raise NotEmpty(name)
+            return db.execute("DELETE FROM namespaces WHERE name = ?", (name,)).rowcount > 0
+
+    # --- collections -------------------------------------------------------------
+
+    def put_collection(
+        self, namespace: str, name: str, description: str | None, access_control: str | None
+    ) -> tuple[CollectionRecord, bool]:
+        """Create, or update the description / access control of, a collection.
+        Access control cannot change once the collection has files (ValueError)."""
+        with self._tx() as db:
+            now = time.time()
+            row = db.execute(
+                "SELECT description, access_control FROM collections "
+                "WHERE namespace = ? AND name = ?",
+                (namespace, name),
+            ).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO collections VALUES (?, ?, ?, ?, ?, ?)",
+                    (namespace, name, description or "", access_control or "open", now, now),
+                )
+                created = True
+            else:
+                wanted = access_control or row[1]
+                if (
+                    wanted != row[1]
+                    and db.execute(
+                        "SELECT 1 FROM files WHERE namespace = ? AND collection = ?",
+                        (namespace, name),
+                    ).fetchone()
+                ):
+                    raise ValueError("access_control cannot change once the collection has files")
+                db.execute(
+                    "UPDATE collections SET description = ?, access_control = ?, updated_at = ? "
+                    "WHERE namespace = ? AND name = ?",
+                    (row[0] if description is None else description, wanted, now, namespace, name),
+                )
+                created = False
+        record = self.collection(namespace, name)
+        assert record is not None
+        return record, created
+
+    def _collection(self, row: Sequence[Any]) -> CollectionRecord:
+        counts = dict(
+            self._db()
+            .execute(
+                "SELECT status, count(*) FROM files WHERE namespace = ? AND collection = ? "
+                "GROUP BY status",
+                (row[0], row[1]),
+            )
+            .fetchall()
+        )
+        return CollectionRecord(
+            namespace=row[0],
+            name=row[1],
+            description=row[2],
+            access_control=row[3],
+            created_at=row[4],
+            updated_at=row[5],
+            file_count=sum(counts.values()),
+            ready_file_count=counts.get(READY, 0),
+            processing_file_count=counts.get(PROCESSING, 0),
+            failed_file_count=counts.get(FAILED, 0),
+        )
+
+    def collection(self, namespace: str, name: str) -> CollectionRecord | None:
+        row = (
+            self._db()
+            .execute(
+                "SELECT namespace, name, description, access_control, created_at, updated_at "
+                "FROM collections WHERE namespace = ? AND name = ?",
+                (namespace, name),
+            )
+            .fetchone()
+        )
+        return self._collection(row) if row else None
+
+    def collections(self, namespace: str, limit: int, after: str | None) -> list[CollectionRecord]:
+        rows = (
+            self._db()
+            .execute(
+                "SELECT namespace, name, description, access_control, created_at, updated_at "
+                "FROM collections WHERE namespace = ? AND name > ? ORDER BY name LIMIT ?",
+                (namespace, after or "", limit),
+            )
+            .fetchall()
+        )
+        return [self._collection(r) for r in rows]
+
+    def delete_collection(self, namespace: str, name: str) -> list[str]:
+        """Forget the collection; returns the ids of its files."""
+        with self._tx() as db:
+            ids = [
+                r[0]
+                for r in db.execute(
+                    "SELECT file_id FROM files WHERE namespace = ? AND collection = ?",
+                    (namespace, name),
+                )
+            ]
+            db.executemany("DELETE FROM chunks WHERE file_id = ?", [(i,) for i in ids])
+            db.execute(
+                "DELETE FROM files WHERE namespace = ? AND collection = ?", (namespace, name)
+            )
+            db.execute(
+                "DELETE FROM collections WHERE namespace = ? AND name = ?", (namespace, name)
+            )
+        return ids
+
+    # --- files -----------------------------------------------------------------
+
+    def add_file(
+        self,
+        namespace: str,
+        collection: str,
+        path: str,
+        content_type: str,
+        data: bytes,
+        metadata: dict[str, Any],
+        principals: list[str],
+    ) -> tuple[FileRecord, str | None]:
+        """Register a file (processing); returns it and the id of the file it
+        replaced at the same path, if any."""
+        file_id = new_id("file")
+        now = time.time()
+        with self._tx() as db:
+            old = db.execute(
+                "SELECT file_id FROM files WHERE namespace = ? AND collection = ? AND path = ?",
+                (namespace, collection, path),
+            ).fetchone()
+            if old:
+                db.execute("DELETE FROM chunks WHERE file_id = ?", (old[0],))
+                db.execute("DELETE FROM files WHERE file_id = ?", (old[0],))
+            db.execute(
+                "INSERT INTO files (file_id, namespace, collection, path, content_type, "
+                "size_bytes, metadata, principals, status, data, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    file_id,
+                    namespace,
+                    collection,
+                    path,
+                    content_type,
+                    len(data),
+                    json.dumps(metadata),
+                    json.dumps(principals),
+                    PROCESSING,
+                    data,
+                    now,
+                    now,
+                ),
+            )
+        record = self.file(file_id)
+        assert record is not None
+        return record, old[0] if old else None
+
+    def file(self, file_id: str) -> FileRecord | None:
+        row = (
+            self._db()
+            .execute(f"SELECT {_FILE_COLUMNS} FROM files WHERE file_id = ?", (file_id,))
+            .fetchone()
+        )
+        return _file(row) if row else None
+
+    def files(
+        self, namespace: str, collection: str, limit: int | None = None, after: str | None = None
+    ) -> list[FileRecord]:
+        sql = (
+            f"SELECT {_FILE_COLUMNS} FROM files WHERE namespace = ? AND collection = ? "
+            "AND file_id > ? ORDER BY file_id"
+        )
+        params: list[Any] = [namespace, collection, after or ""]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_file(r) for r in self._db().execute(sql, params)]
+
+    def delete_file(self, file_id: str) -> bool:
+        with self._tx() as db:
+            db.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
+            return db.execute("DELETE FROM files WHERE file_id = ?", (file_id,)).rowcount > 0
+
+    def pending(self) -> list[str]:
+        """Files accepted but not yet ingested, oldest first."""
+        return [
+            r[0]
+            for r in self._db().execute(
+                "SELECT file_id FROM files WHERE status = ? ORDER BY created_at", (PROCESSING,)
+            )
+        ]
+
+    def data(self, file_id: str) -> bytes | None:
+        row = self._db().execute("SELECT data FROM files WHERE file_id = ?", (file_id,)).fetchone()
+        return bytes(row[0]) if row and row[0] is not None else None
+
+    def text(self, file_id: str) -> str | None:
+        row = self._db().execute("SELECT text FROM files WHERE file_id = ?", (file_id,)).fetchone()
+        return row[0] if row else None
+
+    def set_chunks(self, file_id: str, text: str, spans: Sequence[tuple[int, int]]) -> None:
+        """Record the extracted text and chunk spans (the file stays processing)."""
+        with self._tx() as db:
+            db.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
+            db.executemany(
+                'INSERT INTO chunks (file_id, n, start, "end") VALUES (?, ?, ?, ?)',
+                [(file_id, n, lo, hi) for n, (lo, hi) in enumerate(spans)],
+            )
+            db.execute(
+                "UPDATE files SET text = ?, chunks_total = ?, chunks_done = 0, updated_at = ? "
+                "WHERE file_id = ?",
+                (text, len(spans), time.time(), file_id),
+            )
+
+    def spans(self, file_id: str) -> list[tuple[int, int]]:
+        return [
+            (r[0], r[1])
+            for r in self._db().execute(
+                'SELECT start, "end" FROM chunks WHERE file_id = ? ORDER BY n', (file_id,)
+            )
+        ]
+
+    def progress(self, file_id: str, done: int) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE files SET chunks_done = ?, updated_at = ? WHERE file_id = ?",
+                (done, time.time(), file_id),
+            )
+
+    def finish(self, file_id: str, error: dict[str, str] | None = None) -> bool:
+        """Mark ready (or failed with `error`); False when the file is gone."""
+        status = READY if error is None else FAILED
+        reason = json.dumps(error) if error else None
+        with self._tx() as db:
+            return (
+                db.execute(
+                    "UPDATE files SET status = ?, error = ?, data = NULL, updated_at = ? "
+                    "WHERE file_id = ? AND status = ?",
+                    (status, reason, time.time(), file_id, PROCESSING),
+                ).rowcount
+                > 0
+            )

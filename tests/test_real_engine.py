@@ -1,0 +1,96 @@
+"""The Engine surface on the real default models: E1 (cited answer whose span
+reads back as the supporting sentence), E3 (no markers) and E5 (filter),
+with a Markdown file and a PDF."""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterator
+
+import pytest
+from flask.testing import FlaskClient
+
+from flask_app.api.engine import state
+from flask_app.app import create_app
+from flask_app.services import load_services
+from flask_app.settings import Settings
+from tests.test_engine import DEPLOY, STAGING, _pdf
+
+pytestmark = pytest.mark.real_model
+
+ASK = "/namespaces/ops/collections/runbooks:answer"
+
+
+@pytest.fixture(scope="module")
+def client(
+    real_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FlaskClient]:
+    settings = Settings.load(
+        {
+            "data_dir": tmp_path_factory.mktemp("engine") / "data",
+            "model_dir": real_settings.model_dir,
+        },
+        {},
+    )
+    services = load_services(settings)
+    app = create_app(settings, services)
+    with app.test_client() as c:
+        c.put("/namespaces/ops")
+        c.put("/namespaces/ops/collections/runbooks")
+        files = [
+            {
+                "path": "runbooks/deploy.md",
+                "content_type": "text/markdown",
+                "text": DEPLOY,
+                "metadata": {"environment": "production"},
+            },
+            {
+                "path": "runbooks/staging.pdf",
+                "content_type": "application/pdf",
+                "data": base64.b64encode(_pdf([STAGING])).decode(),
+                "metadata": {"environment": "staging"},
+            },
+        ]
+        for body in files:
+            assert (
+                c.post("/namespaces/ops/collections/runbooks/files", json=body).status_code == 202
+            )
+        with app.app_context():
+            assert state.ingestor().wait_idle(60)
+        listed = c.get("/namespaces/ops/collections/runbooks/files").get_json()["files"]
+        assert [f["status"] for f in listed] == ["ready", "ready"]
+        yield c
+    services.store.close()
+
+
+def test_e1_answer_cites_the_supporting_sentence(client: FlaskClient) -> None:
+    body = client.post(ASK, json={"query": "When are deploys frozen?"}).get_json()
+    assert "Friday" in body["answer"]
+    refs = re.findall(r"\[\[(SRC:\d{4})\]\]", body["answer"])
+    assert refs and all(any(s["ref"] == r for s in body["sources"]) for r in refs)
+    cited = [s for s in body["sources"] if s["cited"]]
+    span = client.post(
+        "/namespaces/ops/collections/runbooks:readSpans", json={"spans": [cited[0]["span"]]}
+    ).get_json()["spans"][0]
+    assert "Deploys are frozen on Fridays." in span["text"]
+    assert span["path"] == "runbooks/deploy.md"
+
+
+def test_e3_no_markers(client: FlaskClient) -> None:
+    body = client.post(
+        ASK, json={"query": "When are deploys frozen?", "sources": "none"}
+    ).get_json()
+    assert body["sources"] == [] and "[[SRC:" not in body["answer"] and "Friday" in body["answer"]
+
+
+def test_e5_filter_keeps_to_the_pdf(client: FlaskClient) -> None:
+    body = client.post(
+        ASK,
+        json={
+            "query": "When is the staging cluster rebuilt?",
+            "filter": "metadata.environment = staging",
+        },
+    ).get_json()
+    assert "Monday" in body["answer"]
+    assert body["sources"] and all(s["path"] == "runbooks/staging.pdf" for s in body["sources"])
