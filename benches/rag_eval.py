@@ -10,11 +10,14 @@ Each question carries its split; tune on dev, report test.
 
 For each set: a fresh store through the HTTP app, every passage uploaded as a
 user would, every question asked through /answer/stream with default
-settings and (surface `lucidworks`) through /ai/prediction/rag, sent with the
+settings, (surface `lucidworks`) through /ai/prediction/rag, sent with the
 passages the pipeline's retrieval picks for it as the request's documents
 (answerFound must be true with the fact in the answer; an unanswerable
-question must get answerFound false). Reported per surface, set and split,
-and over all sets:
+question must get answerFound false), and (surface `engine`) through
+`:answer` over the same passages uploaded as files, where the citations are
+also scored: the share of answers with a valid marker, and the share whose
+cited spans (read back with `:readSpans`) hold the expected fact. Reported
+per surface, set and split, and over all sets:
 - accuracy: an accepted spelling of the expected fact appears in the answer
   (as a whole token) and the answer is not a refusal;
 - correct refusals on unanswerable questions, and how many of those were
@@ -39,6 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from flask_app.api.engine.answer import NOT_FOUND_ANSWER as ENGINE_NOT_FOUND
 from flask_app.app import create_app
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
 from flask_app.services import load_services
@@ -136,6 +140,49 @@ def ask_lucidworks(
     }
 
 
+MARKER = re.compile(r"\[\[SRC:\d{4}\]\]")
+
+
+def ask_engine(client: Any, collection: str, question: str) -> dict[str, Any]:
+    """Through `:answer` (sources "all"); the cited spans read back with `:readSpans`."""
+    start = time.perf_counter()
+    r = client.post(f"/namespaces/eval/collections/{collection}:answer", json={"query": question})
+    assert r.status_code == 200, r.get_json()
+    body = r.get_json()
+    end = time.perf_counter()
+    cited = [s["span"] for s in body["sources"] if s["cited"]]
+    spans = []
+    if cited:
+        read = client.post(
+            f"/namespaces/eval/collections/{collection}:readSpans", json={"spans": cited}
+        )
+        spans = [s["text"] for s in read.get_json()["spans"]]
+    return {
+        "answer": MARKER.sub("", body["answer"]).strip(),
+        "found": body["answer"] != ENGINE_NOT_FOUND,
+        "markers": len(MARKER.findall(body["answer"])),
+        "cited_spans": spans,
+        "sources": spans,
+        "evidence_score": None,
+        "refusal_probability": None,
+        "ttft_s": round(end - start, 3),
+        "total_s": round(end - start, 3),
+    }
+
+
+def upload_engine(client: Any, app: Any, collection: str, documents: list[dict[str, Any]]) -> None:
+    from flask_app.api.engine import state
+
+    client.put("/namespaces/eval")
+    client.put(f"/namespaces/eval/collections/{collection}")
+    for doc in documents:
+        body = {"path": f"{doc['id']}.txt", "content_type": "text/plain", "text": doc["text"]}
+        r = client.post(f"/namespaces/eval/collections/{collection}/files", json=body)
+        assert r.status_code == 202, r.get_json()
+    with app.app_context():
+        assert state.ingestor().wait_idle(600)
+
+
 def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
     answerable = [r for r in rows if r["expected"] is not None]
     unanswerable = [r for r in rows if r["expected"] is None]
@@ -143,7 +190,17 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def rate(part: list[dict[str, Any]], key: str) -> float | None:
         return round(sum(bool(r[key]) for r in part) / len(part), 3) if part else None
 
+    answered = [r for r in rows if r.get("citations") is not None and r["found"]]
+    citing = {}
+    if answered:
+        citing = {
+            "answers_with_a_valid_citation": rate(answered, "citations"),
+            "answers_whose_cited_span_holds_the_fact": rate(
+                [r for r in answered if r["expected"] is not None], "span_holds_fact"
+            ),
+        }
     return {
+        **citing,
         "answerable": len(answerable),
         "accuracy": rate(answerable, "correct"),
         "recall_at_k": rate(answerable, "recalled"),
@@ -170,19 +227,25 @@ def run_set(
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings.load({"data_dir": Path(tmp)}, os.environ)
         services = load_services(settings)
-        client = create_app(settings, services).test_client()
+        app = create_app(settings, services)
+        client = app.test_client()
         for lo in range(0, len(documents), 64):
             r = client.post(
                 "/upload", json={"store_mode": "text", "items": documents[lo : lo + 64]}
             )
             assert r.status_code == 200, r.get_json()
         collection = services.store.edge()
+        if "engine" in surfaces:
+            upload_engine(client, app, name, documents)
         for item, surface in [(q, s) for q in questions for s in surfaces]:
             if surface == "answer":
                 got = ask(client, item["q"])
                 refused = is_refusal(got["answer"])
-            else:
+            elif surface == "lucidworks":
                 got = ask_lucidworks(client, collection, services.embedder, item["q"], extract)
+                refused = not got["found"]
+            else:
+                got = ask_engine(client, name, item["q"])
                 refused = not got["found"]
             expected = item["expect"]
             if expected is None:
@@ -205,7 +268,13 @@ def run_set(
                 "refusal_probability": got["refusal_probability"],
                 "ttft_s": got["ttft_s"],
                 "total_s": got["total_s"],
+                "found": not refused,
             }
+            if surface == "engine":
+                row["citations"] = got["markers"] > 0
+                row["span_holds_fact"] = expected is not None and any(
+                    mentions(s, expected) for s in got["cited_spans"]
+                )
             rows.append(row)
             if not quiet or not correct:
                 mark = "ok " if correct else "BAD"
@@ -223,7 +292,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=Path("benches/results/rag_eval.json"))
     parser.add_argument("--quiet", action="store_true", help="print only wrong answers")
     parser.add_argument(
-        "--surfaces", nargs="+", default=["answer", "lucidworks"], choices=["answer", "lucidworks"]
+        "--surfaces",
+        nargs="+",
+        default=["answer", "lucidworks", "engine"],
+        choices=["answer", "lucidworks", "engine"],
     )
     parser.add_argument(
         "--whole-documents",

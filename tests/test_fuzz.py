@@ -80,6 +80,58 @@ def _lucidworks(model: type[RagRequest] | type[TextRequest]) -> dict[str, Any]:
     return schema
 
 
+# The Engine surface validates by hand (exact messages); these schemas only
+# steer the generator towards bodies that get past the first checks.
+_TEXT = {"type": "string", "maxLength": 40}
+ENGINE_ANSWER = {
+    "type": "object",
+    "properties": {
+        "query": _TEXT,
+        "effort": {"enum": ["medium", "high", "low"]},
+        "sources": {"enum": ["all", "cited", "none", "x"]},
+        "instructions": _TEXT,
+        "filter": _TEXT,
+        "principals": {"type": "array", "items": _TEXT, "maxItems": 3},
+        "history": {
+            "type": "array",
+            "maxItems": 3,
+            "items": {
+                "type": "object",
+                "properties": {"role": {"enum": ["user", "assistant", "x"]}, "content": _TEXT},
+            },
+        },
+    },
+}
+ENGINE_SPANS = {
+    "type": "object",
+    "properties": {
+        "spans": {
+            "type": "array",
+            "maxItems": 3,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "file_id": _TEXT,
+                    "unit": {"enum": ["chars", "bytes"]},
+                    "start": {"type": "integer"},
+                    "end": {"type": "integer"},
+                },
+            },
+        },
+        "context_chars": {"type": "integer"},
+    },
+}
+ENGINE_FILE = {
+    "type": "object",
+    "properties": {
+        "path": _TEXT,
+        "content_type": {"enum": ["text/plain", "application/pdf", "text/html", "x/y"]},
+        "text": _TEXT,
+        "data": _TEXT,
+        "metadata": {"type": "object", "maxProperties": 3},
+    },
+}
+
 BODY_ROUTES: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "/upload", _upload_schema()),
     ("POST", "/search", _bounded(Search.model_json_schema())),
@@ -92,6 +144,10 @@ BODY_ROUTES: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "/ai/prediction/standalone-query-rewriter/mistral", _lucidworks(RagRequest)),
     ("POST", "/ai/prediction/embedding/e5-small-v2", _lucidworks(TextRequest)),
     ("POST", "/ai/tokenization/e5-small-v2", _lucidworks(TextRequest)),
+    ("POST", "/namespaces/fz/collections/docs:answer", ENGINE_ANSWER),
+    ("POST", "/namespaces/fz/collections/docs:readSpans", ENGINE_SPANS),
+    ("POST", "/namespaces/fz/collections/docs/files", ENGINE_FILE),
+    ("PUT", "/namespaces/fz/collections/docs", {"type": "object"}),
 ]
 
 
@@ -146,6 +202,10 @@ def fuzz_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlaskClien
     client = create_app(settings, services).test_client()
     seed = [{"id": f"seed{i}", "vector": [float(i + 1)] * DIM, "text": "t"} for i in range(3)]
     assert client.post("/upload", json={"store_mode": "vector", "items": seed}).status_code == 200
+    client.put("/namespaces/fz")
+    client.put("/namespaces/fz/collections/docs")
+    body = {"path": "a.md", "content_type": "text/markdown", "text": "Deploys freeze on Fridays."}
+    assert client.post("/namespaces/fz/collections/docs/files", json=body).status_code == 202
     yield client
     store.close()
 
@@ -178,7 +238,10 @@ def test_no_request_gets_a_5xx_or_changes_the_store_when_rejected(
     assert r.status_code < 500, (method, path, raw[:200], data[:300])
     if r.status_code >= 400:
         body = orjson.loads(data)
-        assert isinstance(body, dict) and body.get("message"), data[:300]
+        assert isinstance(body, dict), data[:300]
+        error = body.get("error")
+        message = error.get("message") if isinstance(error, dict) else body.get("message")
+        assert message, data[:300]
         assert fingerprint(fuzz_client) == before, (method, path, raw[:200])
 
 

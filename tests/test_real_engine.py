@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import base64
 import re
+import signal
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import requests
 from flask.testing import FlaskClient
 
 from flask_app.api.engine import state
 from flask_app.app import create_app
 from flask_app.services import load_services
 from flask_app.settings import Settings
+from tests.http_client import free_port, start_server
 from tests.test_engine import DEPLOY, STAGING, _pdf
 
 pytestmark = pytest.mark.real_model
@@ -94,3 +99,38 @@ def test_e5_filter_keeps_to_the_pdf(client: FlaskClient) -> None:
     ).get_json()
     assert "Monday" in body["answer"]
     assert body["sources"] and all(s["path"] == "runbooks/staging.pdf" for s in body["sources"])
+
+
+def test_a_file_being_ingested_at_kill_9_ends_ready_after_restart(
+    real_settings: Settings, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    args = ["--no-llm", "--data-dir", str(data_dir), "--model-dir", str(real_settings.model_dir)]
+    port = free_port()
+    first = start_server(args, tmp_path / "server.log", port=port)
+    base = first.base + "/namespaces/ops"
+    requests.put(base, timeout=10)
+    requests.put(base + "/collections/big", timeout=10)
+    text = "\n\n".join(
+        f"Section {i}. " + "The deploy window closes at noon. " * 12 for i in range(400)
+    )
+    body = {"path": "big.md", "content_type": "text/markdown", "text": text}
+    file_id = requests.post(base + "/collections/big/files", json=body, timeout=30).json()[
+        "file_id"
+    ]
+    url = f"{base}/collections/big/files/{file_id}"
+    deadline = time.monotonic() + 60
+    while requests.get(url, timeout=10).json().get("progress", {}).get("chunks_done", 0) == 0:
+        assert time.monotonic() < deadline, "ingestion never started"
+        time.sleep(0.05)
+    first.proc.send_signal(signal.SIGKILL)  # in the middle of the ingestion
+    first.proc.wait(10)
+    second = start_server(args, tmp_path / "server.log", port=port)
+    try:
+        deadline = time.monotonic() + 120
+        while (got := requests.get(url, timeout=10).json())["status"] == "processing":
+            assert time.monotonic() < deadline, "stuck in processing after the restart"
+            time.sleep(0.2)
+        assert got["status"] == "ready" and got["char_count"] == len(text)
+    finally:
+        second.stop()
