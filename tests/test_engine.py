@@ -281,6 +281,10 @@ def test_e13_access_control(fixture_f: tuple[Flask, FlaskClient, ScriptedBackend
         json={"spans": [span], "principals": ["group:other"]},
     )
     assert r.status_code == 404 and error_of(r)["code"] == "not_found"
+    listed = client.get("/namespaces/ops/collections/secure/files?principals=group:other")
+    assert listed.get_json()["files"] == []
+    listed = client.get("/namespaces/ops/collections/secure/files?principals=group:sre")
+    assert [f["path"] for f in listed.get_json()["files"]] == ["vault.md"]
 
 
 def test_e14_time_limit(

@@ -270,7 +270,9 @@ def upload_file(ns: str, name: str) -> ResponseReturnValue:
 
 @blueprint.get("/namespaces/<ns>/collections/<name>/files")
 def list_files(ns: str, name: str) -> ResponseReturnValue:
-    collection_or_404(ns, name)
+    """Every file (the key holder's view); on an enforced collection,
+    `?principals=a&principals=b` lists only the files those principals may read."""
+    collection = collection_or_404(ns, name)
     size, after = _page()
     text_filter = request.args.get("filter", "")
     try:
@@ -279,6 +281,9 @@ def list_files(ns: str, name: str) -> ResponseReturnValue:
         raise invalid(str(exc), "filter", position=exc.position) from None
     records = state.catalog().files(ns, name)
     records = [r for r in records if (after is None or r.file_id > after)]
+    readers = set(request.args.getlist("principals"))
+    if readers and collection.access_control == "enforced":
+        records = [r for r in records if readers & set(r.principals)]
     if keep is not None:
         records = [r for r in records if keep(r)]
     page, more = records[:size], len(records) > size
