@@ -150,7 +150,10 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
     )
     if only and services.embedder is not None:
         vector = rag.query_vector(chunks, question, services.embedder)
-        retriever = StoredCollection(chunks, vector, only=only)
+        # every stored chunk visible (no filter, no ACL, nothing processing):
+        # search without an allow-list, whose cost would follow the collection
+        everything = len(files) == collection.file_count and len(only) == len(chunks)
+        retriever = StoredCollection(chunks, vector, only=None if everything else only)
         grounding = ground(services.llm, retriever, question, config)
     else:
         grounding = Grounding([], [], None, 0.0, None)
