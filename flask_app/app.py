@@ -11,6 +11,7 @@ from flask_app.api.lucidworks import routes as lucidworks
 from flask_app.api.moorcheh import answer as moorcheh_answer
 from flask_app.api.moorcheh import errors as moorcheh_errors
 from flask_app.api.moorcheh import routes as moorcheh
+from flask_app.api.openai import routes as openai
 from flask_app.services import Services, load_services
 from flask_app.settings import Settings
 
@@ -26,6 +27,7 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     errors.install(app, moorcheh_errors.render)
     lucidworks.install(app)
     engine.install(app)
+    openai.install(app)
     auth.install(app, settings.keys())  # before admission: strangers learn nothing
     admission.install(app)
     return app

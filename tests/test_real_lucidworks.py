@@ -132,3 +132,35 @@ def test_async_job_accepted_before_kill_9_is_ready_after_restart(
         assert requests.get(url, timeout=10).json()["status"] == "RETRIEVED"
     finally:
         second.stop()
+
+
+def test_openai_client_against_the_real_models(server: str) -> None:
+    from openai import OpenAI
+    from openai.types.chat import ChatCompletionMessageParam
+
+    client = OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0)
+    try:
+        model, embedder = [m.id for m in client.models.list().data]
+        question: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": "Reply with the single word: yes"}
+        ]
+        reply = client.chat.completions.create(
+            model=model,
+            messages=question,
+            temperature=0,
+            max_tokens=8,
+        )
+        assert "yes" in (reply.choices[0].message.content or "").lower()
+        streamed = client.chat.completions.create(
+            model=model,
+            messages=question,
+            temperature=0,
+            max_tokens=8,
+            stream=True,
+        )
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in streamed)
+        assert text == reply.choices[0].message.content
+        vectors = client.embeddings.create(model=embedder, input=["kiosk", "museum"])
+        assert len(vectors.data) == 2 and len(vectors.data[0].embedding) == 384
+    finally:
+        client.close()
