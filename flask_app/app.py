@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask
 
 from flask_app.api.engine import routes as engine
-from flask_app.api.http import admission, auth, errors, extensions
+from flask_app.api.http import admission, auth, errors, extensions, metrics
 from flask_app.api.http.json_body import OrjsonProvider
 from flask_app.api.lucidworks import routes as lucidworks
 from flask_app.api.moorcheh import answer as moorcheh_answer
@@ -28,6 +28,8 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     lucidworks.install(app)
     engine.install(app)
     openai.install(app)
+    engine_state = app.extensions["edgerag_engine"]
+    metrics.install(app, extensions.services_of(app), engine_state.catalog.pending_count)
     auth.install(app, settings.keys())  # before admission: strangers learn nothing
     admission.install(app)
     return app

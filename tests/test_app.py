@@ -59,3 +59,19 @@ def test_health_without_models(settings: Settings) -> None:
     body = app.test_client().get("/health").get_json()
     assert body["status"] == "ok"
     assert body["llm"] is None and body["embedder"] is None
+
+
+def test_metrics_count_requests_and_generations(client: FlaskClient) -> None:
+    client.post(
+        "/upload", json={"store_mode": "text", "items": [{"id": "a", "text": "Open 9 to 5."}]}
+    )
+    answer = client.post("/answer", json={"query": "When are you open?"})
+    assert answer.status_code == 200 and answer.headers["X-Request-Id"].startswith("req_")
+    client.get("/nowhere")
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'edgerag_http_requests_total{method="POST",route="/answer",status="200"} 1.0' in text
+    assert 'route="unmatched",status="404"' in text
+    assert "edgerag_store_items 1.0" in text
+    assert "edgerag_llm_time_to_first_token_seconds_count 1.0" in text
+    assert "edgerag_llm_completion_tokens_total" in text and "edgerag_llm_waiting 0.0" in text
+    assert "edgerag_ingestion_backlog 0.0" in text

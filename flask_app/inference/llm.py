@@ -282,6 +282,9 @@ class TokenStream:
         self._abandoned = abandoned
         self._next_poll = 0.0
         self._started = time.monotonic()
+        self._first: float | None = None  # when the first delta came
+        self._deltas = 0
+        self.observer: Observer | None = None
         self._open = True
         self._cancelled = threading.Event()
         self.cancelled_because_client_left = False
@@ -299,13 +302,17 @@ class TokenStream:
             self.close()
             raise LLMTimeout("the LLM request exceeded its deadline")
         try:
-            return next(self._tokens)
+            delta = next(self._tokens)
         except StopIteration:
             self.close()
             raise
         except Exception as exc:
             self.close()
             raise LLMFailed(f"LLM request failed: {exc}") from exc
+        if self._first is None:
+            self._first = time.monotonic()
+        self._deltas += 1
+        return delta
 
     def _client_gone(self) -> bool:
         if self._abandoned is None:
@@ -332,13 +339,22 @@ class TokenStream:
             if close is not None:
                 close()
         finally:
-            self._gate.release(time.monotonic() - self._started)
+            held = time.monotonic() - self._started
+            self._gate.release(held)
+            if self.observer is not None:
+                ttft = None if self._first is None else self._first - self._started
+                self.observer(ttft, self._deltas, held)
 
     def __enter__(self) -> TokenStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# Told about every finished generation: (seconds to the first delta or None,
+# deltas generated, seconds the model was held). Metrics use it.
+Observer = Callable[[float | None, int, float], None]
 
 
 class LLM:
@@ -348,6 +364,7 @@ class LLM:
         self.backend = backend
         self.gate = FifoGate(max_waiters)
         self.timeout = timeout
+        self.observer: Observer | None = None
 
     @property
     def model_id(self) -> str:
@@ -392,7 +409,9 @@ class LLM:
         except Exception as exc:
             self.gate.release(0.0)
             raise LLMFailed(f"LLM request failed: {exc}") from exc
-        return TokenStream(tokens, self.gate, deadline, abandoned)
+        stream = TokenStream(tokens, self.gate, deadline, abandoned)
+        stream.observer = self.observer
+        return stream
 
     def chat(
         self,

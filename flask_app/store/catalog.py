@@ -401,6 +401,14 @@ class Catalog:
             )
         ]
 
+    def pending_count(self) -> int:
+        (n,) = (
+            self._db()
+            .execute("SELECT count(*) FROM files WHERE status = ?", (PROCESSING,))
+            .fetchone()
+        )
+        return int(n)
+
     def data(self, file_id: str) -> bytes | None:
         row = self._db().execute("SELECT data FROM files WHERE file_id = ?", (file_id,)).fetchone()
         return bytes(row[0]) if row and row[0] is not None else None

@@ -12,13 +12,14 @@ from flask.typing import ResponseReturnValue
 
 from flask_app import rag
 from flask_app.api.engine import citations, requests, state
-from flask_app.api.engine.errors import MAX_REQUEST_BYTES, EngineError, invalid, request_id
+from flask_app.api.engine.errors import MAX_REQUEST_BYTES, EngineError, invalid
 from flask_app.api.engine.filters import FilterError
 from flask_app.api.engine.filters import parse as parse_filter
 from flask_app.api.engine.resources import collection_or_404
 from flask_app.api.http.disconnect import client_gone_probe
 from flask_app.api.http.extensions import answer_config_of, services_of
 from flask_app.api.http.json_body import json_object
+from flask_app.api.http.request_ids import request_id
 from flask_app.inference.llm import ChatMessage
 from flask_app.rag import evidence, prompts
 from flask_app.rag.answer import Grounding, ground, open_answer

@@ -7,15 +7,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Response, g, jsonify
+from flask import Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from flask_app.api.http.json_body import BadRequest
+from flask_app.api.http.request_ids import request_id
 from flask_app.inference.embed import EmbedderBusy, EmbeddingError
 from flask_app.inference.llm import LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
 from flask_app.rag import RagError
 from flask_app.store import CollectionUnavailable
-from flask_app.store.catalog import new_id
 
 _log = logging.getLogger("edgerag")
 
@@ -49,15 +49,6 @@ def invalid(message: str, field: str | None = None, **details: Any) -> EngineErr
 
 def not_found(what: str) -> EngineError:
     return EngineError(404, "not_found", f"Not found: {what}")
-
-
-def request_id() -> str:
-    """This request's id (made on first use)."""
-    rid: str | None = g.get("engine_request_id")
-    if rid is None:
-        rid = new_id("req")
-        g.engine_request_id = rid
-    return rid
 
 
 def _as_engine(exc: Exception) -> EngineError:

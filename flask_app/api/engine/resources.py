@@ -12,11 +12,12 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from flask_app.api.engine import state
-from flask_app.api.engine.errors import EngineError, invalid, not_found, request_id
+from flask_app.api.engine.errors import EngineError, invalid, not_found
 from flask_app.api.engine.filters import FilterError
 from flask_app.api.engine.filters import parse as parse_filter
 from flask_app.api.engine.requests import check_name, principals_of
 from flask_app.api.http.json_body import json_object
+from flask_app.api.http.request_ids import request_id
 from flask_app.ingest.extract import BINARY_TYPES, CONTENT_TYPES
 from flask_app.store.catalog import (
     CollectionRecord,

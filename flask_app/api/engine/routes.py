@@ -3,7 +3,7 @@ request ids, body limit, catalog and ingestion worker."""
 
 from __future__ import annotations
 
-from flask import Flask, Response, g
+from flask import Flask
 
 from flask_app.api.engine import answer, errors, resources, state
 from flask_app.api.http import errors as http_errors
@@ -26,13 +26,6 @@ def install(app: Flask) -> None:
         http_errors.add_surface(app, prefix, errors.render)
     limits = app.config.setdefault("EDGERAG_BODY_LIMITS", [])
     limits.append(("/namespaces/", errors.MAX_REQUEST_BYTES))
-
-    @app.after_request
-    def request_id_header(response: Response) -> Response:
-        rid = g.get("engine_request_id")
-        if rid is not None:
-            response.headers["X-Request-Id"] = rid
-        return response
 
     if catalog.pending():
         ingestor.start()  # files accepted before a restart
