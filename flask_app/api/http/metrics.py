@@ -24,6 +24,7 @@ from prometheus_client import (
 
 from flask_app.api.http.request_ids import request_id
 from flask_app.services import Services
+from flask_app.store import StoreError
 
 _log = logging.getLogger("edgerag.requests")
 
@@ -74,7 +75,7 @@ def install(app: Flask, services: Services, backlog: Callable[[], int] | None = 
         llm.observer = observe
     Gauge(
         "edgerag_store_items", "items in the moorcheh-edge store", registry=registry
-    ).set_function(lambda: len(services.store.edge()))
+    ).set_function(lambda: _stored_items(services))
     if backlog is not None:
         Gauge(
             "edgerag_ingestion_backlog", "files accepted and not yet ingested", registry=registry
@@ -106,3 +107,12 @@ def install(app: Flask, services: Services, backlog: Callable[[], int] | None = 
     @app.get("/metrics")
     def metrics() -> Response:
         return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
+
+
+def _stored_items(services: Services) -> float:
+    """Items in the moorcheh-edge store; NaN while it cannot be opened (a
+    scrape must not fail because one collection is damaged)."""
+    try:
+        return float(len(services.store.edge()))
+    except StoreError:
+        return float("nan")
