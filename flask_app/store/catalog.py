@@ -431,6 +431,22 @@ class Catalog:
                 (text, len(spans), time.time(), file_id),
             )
 
+    def spans_of(self, file_ids: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
+        """Chunk spans of several files in one query, by file id."""
+        out: dict[str, list[tuple[int, int]]] = {f: [] for f in file_ids}
+        wanted = list(out)
+        for lo in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+            part = wanted[lo : lo + 500]
+            marks = ",".join("?" * len(part))
+            rows = self._db().execute(
+                f'SELECT file_id, start, "end" FROM chunks WHERE file_id IN ({marks}) '
+                "ORDER BY file_id, n",
+                part,
+            )
+            for file_id, start, end in rows:
+                out[file_id].append((start, end))
+        return out
+
     def spans(self, file_id: str) -> list[tuple[int, int]]:
         return [
             (r[0], r[1])

@@ -137,7 +137,7 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
     if services.llm is None:
         raise rag.LLMNotConfigured()
     depth, units, credits = EFFORT[ask.effort]
-    spans = {f.file_id: state.catalog().spans(f.file_id) for f in files}
+    spans = state.catalog().spans_of([f.file_id for f in files])
     only = {chunk_id(fid, n) for fid, chunk_spans in spans.items() for n in range(len(chunk_spans))}
     chunks = services.store.collection(ns, name)
     style = ask.instructions if ask.instructions else prompts.DEFAULT_STYLE

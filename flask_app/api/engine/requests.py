@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from flask_app.api.engine.errors import EngineError, invalid
+from flask_app.api.engine.errors import invalid
 
 EFFORTS = ("medium", "high")
 SOURCES_MODES = ("all", "cited", "none")
@@ -237,8 +237,3 @@ def read_spans_request(body: dict[str, Any]) -> tuple[list[SpanRequest], int, li
     if not isinstance(include, list) or any(v not in ("text",) for v in include):
         raise invalid('include must be a list of: "text"', "include")
     return out, context, principals_of(body)
-
-
-def require(condition: bool, error: EngineError) -> None:
-    if not condition:
-        raise error
