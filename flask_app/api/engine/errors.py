@@ -10,6 +10,7 @@ from typing import Any
 from flask import Response, jsonify
 from werkzeug.exceptions import HTTPException
 
+from flask_app.api.http.errors import NotAnApiError
 from flask_app.api.http.json_body import BadRequest
 from flask_app.api.http.request_ids import request_id
 from flask_app.inference.embed import EmbedderBusy, EmbeddingError
@@ -96,7 +97,7 @@ def _as_engine(exc: Exception) -> EngineError:
         )
     if isinstance(exc, LLMCancelled):
         return EngineError(499, "cancelled", "The client left.")
-    raise NotImplementedError
+    raise NotAnApiError
 
 
 def body(error: EngineError) -> dict[str, Any]:

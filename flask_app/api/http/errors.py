@@ -20,6 +20,11 @@ KEY = "edgerag_error_surfaces"
 Render = Callable[[Exception], tuple[Response, int]]
 
 
+class NotAnApiError(Exception):
+    """Raised by a surface's renderer for an exception it has no rule for:
+    a server bug, answered as a logged 500."""
+
+
 def install(app: Flask, default: Render) -> None:
     app.extensions[KEY] = []
 
@@ -34,7 +39,7 @@ def install(app: Flask, default: Render) -> None:
                 break
         try:
             return render(exc)
-        except NotImplementedError:
+        except NotAnApiError:
             # an error the surface has no rule for is a server bug: log it, say 500
             _log.error("unhandled error", exc_info=exc)
             return render(InternalServerError())

@@ -10,6 +10,7 @@ from http import HTTPStatus
 from flask import Response, jsonify
 from werkzeug.exceptions import HTTPException
 
+from flask_app.api.http.errors import NotAnApiError
 from flask_app.api.http.json_body import BadRequest, MalformedJSON
 from flask_app.api.http.messages import capped
 from flask_app.inference.embed import EmbedderBusy, EmbeddingError
@@ -43,7 +44,7 @@ def _json(status: int, message: str, retry_after: int | None = None) -> tuple[Re
 
 
 def status_and_message(exc: Exception) -> tuple[int, str, int | None]:
-    """(status, message, Retry-After) for `exc`; NotImplementedError when it
+    """(status, message, Retry-After) for `exc`; NotAnApiError when it
     is not an API error (a server bug)."""
     if isinstance(exc, HTTPException):
         code = exc.code or 500
@@ -81,7 +82,7 @@ def status_and_message(exc: Exception) -> tuple[int, str, int | None]:
         return 502, "Model backend error", None
     if isinstance(exc, LLMCancelled):
         return 499, str(exc), None
-    raise NotImplementedError
+    raise NotAnApiError
 
 
 def render(exc: Exception) -> tuple[Response, int]:

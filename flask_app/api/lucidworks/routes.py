@@ -13,6 +13,7 @@ from flask.typing import ResponseReturnValue
 
 from flask_app.api.http import errors as http_errors
 from flask_app.api.http.disconnect import client_gone_probe
+from flask_app.api.http.errors import NotAnApiError
 from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
 from flask_app.api.http.json_body import json_object
 from flask_app.api.http.sse import event_stream, sse
@@ -103,7 +104,7 @@ def _stream(rag_request: RagRequest) -> Response:
         except Exception as exc:
             try:
                 status, message, _ = errors.status_and_message(exc)
-            except NotImplementedError:
+            except NotAnApiError:
                 status, message = 500, "internal error"
             events.put(sse("error", errors.body(status, message)))
         finally:

@@ -8,6 +8,7 @@ import logging
 from flask import Response, current_app, jsonify
 from werkzeug.exceptions import HTTPException
 
+from flask_app.api.http.errors import NotAnApiError
 from flask_app.api.http.json_body import BadRequest
 from flask_app.api.http.messages import capped
 from flask_app.inference.embed import EmbedderBusy
@@ -30,7 +31,7 @@ def _retry(pair: tuple[Response, int], seconds: int) -> tuple[Response, int]:
 
 
 def render(exc: Exception) -> tuple[Response, int]:
-    """The moorcheh-edge response for `exc` (NotImplementedError: not an API error)."""
+    """The moorcheh-edge response for `exc` (NotAnApiError: not an API error)."""
     if isinstance(exc, HTTPException):
         if exc.code == 413:
             limit = current_app.config.get("MAX_CONTENT_LENGTH") or 0
@@ -66,4 +67,4 @@ def render(exc: Exception) -> tuple[Response, int]:
         return _json(499, str(exc))  # nobody reads it: the client is gone
     if isinstance(exc, EmbedderBusy):
         return _retry(_json(503, str(exc)), 1)
-    raise NotImplementedError
+    raise NotAnApiError

@@ -8,6 +8,7 @@ from typing import Any
 from flask import Response, jsonify
 from werkzeug.exceptions import HTTPException
 
+from flask_app.api.http.errors import NotAnApiError
 from flask_app.api.http.json_body import BadRequest
 from flask_app.api.http.messages import capped
 from flask_app.inference.embed import EmbedderBusy, EmbeddingError
@@ -83,7 +84,7 @@ def _classify(exc: Exception) -> tuple[OpenAIError, int | None]:
         return OpenAIError(500, "The model failed.", "server_error"), None
     if isinstance(exc, LLMCancelled):
         return OpenAIError(499, str(exc), "invalid_request_error"), None
-    raise NotImplementedError
+    raise NotAnApiError
 
 
 def render(exc: Exception) -> tuple[Response, int]:
