@@ -63,7 +63,7 @@ def ingest(client: Any, app: Any, body: dict[str, Any]) -> dict[str, Any]:
     info = record.get_json()
     assert info["status"] == "ready", info
     with app.app_context():
-        chunks = len(state.catalog().spans(info["file_id"]))
+        chunks = len(state.catalog().spans_of([info["file_id"]])[info["file_id"]])
     return {
         "path": body["path"],
         "bytes": info["size_bytes"],

@@ -14,6 +14,21 @@ from dataclasses import dataclass
 
 NO_CONTEXT_ANSWER = "I don't have enough information to answer that question."
 
+
+def starts_with(text: str, sentence: str) -> bool:
+    """`text` begins with `sentence`, ignoring case, spacing and a final period."""
+
+    def normal(t: str) -> str:
+        return " ".join(t.lower().split()).rstrip(".")
+
+    return normal(text).startswith(normal(sentence))
+
+
+def is_refusal(text: str) -> bool:
+    """The model said the fixed no-information sentence itself."""
+    return starts_with(text, NO_CONTEXT_ANSWER)
+
+
 # The system prompt is grounding + style + refusal; a surface may replace the
 # style (Engine `instructions`), never the grounding and refusal rules.
 GROUNDING_RULE = "You answer questions using only the text in the user's message."

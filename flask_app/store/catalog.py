@@ -447,14 +447,6 @@ class Catalog:
                 out[file_id].append((start, end))
         return out
 
-    def spans(self, file_id: str) -> list[tuple[int, int]]:
-        return [
-            (r[0], r[1])
-            for r in self._db().execute(
-                'SELECT start, "end" FROM chunks WHERE file_id = ? ORDER BY n', (file_id,)
-            )
-        ]
-
     def progress(self, file_id: str, done: int) -> None:
         with self._tx() as db:
             db.execute(

@@ -168,7 +168,7 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
         timeout=max(0.1, remaining),
     ) as stream:
         text = "".join(stream)
-    refused = stream.refused or _is_refusal(text)
+    refused = stream.refused or prompts.is_refusal(text)
     if refused:
         text = NOT_FOUND_ANSWER
     passages = len(grounding.sources)
@@ -205,12 +205,6 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
         "usage": {"credits": credits},
     }
     return jsonify(body)
-
-
-def _is_refusal(text: str) -> bool:
-    """The model's own refusal sentence."""
-    said = " ".join(text.lower().split())
-    return said.startswith(" ".join(prompts.NO_CONTEXT_ANSWER.lower().split())[:40])
 
 
 def read_spans(ns: str, name: str) -> ResponseReturnValue:

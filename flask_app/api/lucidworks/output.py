@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flask_app.rag.prompts import NO_CONTEXT_ANSWER, AnswerForm
+from flask_app.rag.prompts import NO_CONTEXT_ANSWER, AnswerForm, is_refusal, starts_with
 
 DEFAULT_NOT_FOUND = "Not possible to answer given this content."
 
@@ -56,10 +56,6 @@ class Parsed:
     marked: bool  # the output had the contract's markers
 
 
-def _normal(text: str) -> str:
-    return " ".join(text.lower().split()).rstrip(".")
-
-
 def _sources_block(response: str, answer_at: int | None) -> str:
     """The text after `SOURCES:` up to the ANSWER line (or the end)."""
     marks = list(_SOURCES.finditer(response))
@@ -79,8 +75,7 @@ def _sources_block(response: str, answer_at: int | None) -> str:
 
 def is_not_found(answer: str, not_found: str) -> bool:
     """The answer is the not-found message (or the model's own refusal sentence)."""
-    said = _normal(answer)
-    return any(said.startswith(_normal(m)) for m in (not_found, NO_CONTEXT_ANSWER))
+    return starts_with(answer, not_found) or is_refusal(answer)
 
 
 def parse(response: str, documents: int, not_found: str) -> Parsed:

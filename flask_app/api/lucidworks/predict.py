@@ -23,15 +23,6 @@ from flask_app.services import Services
 # Documents per item that evidence is looked for in (more are ranked first).
 MAX_RANKED = 20
 
-# Generation defaults when modelConfig leaves a field out. Lucidworks' hosted
-# models default to temperature 0.7 and topP 1.0; the 0.5B local model drifts
-# from the output contract at that temperature, so the local default is 0.2.
-DEFAULT_SAMPLING = Sampling(temperature=0.2, top_p=0.95, top_k=40)
-
-
-class UnknownModel(LookupError):
-    pass
-
 
 class InputTooLong(rag.RagError):
     def __init__(self) -> None:
@@ -48,7 +39,9 @@ class Surface:
 
 
 def sampling(config: ModelConfig) -> Sampling:
-    d = DEFAULT_SAMPLING
+    # Fields left out take the local defaults (Sampling(): temperature 0.2),
+    # not Lucidworks' hosted 0.7 / topP 1.0, at which the 0.5B model drifts.
+    d = Sampling()
     return Sampling(
         temperature=d.temperature if config.temperature is None else float(config.temperature),
         top_p=d.top_p if config.topP is None else float(config.topP),
