@@ -54,7 +54,13 @@ def load_services(settings: Settings) -> Services:
         path = settings.embed_path()
         _require("embedding model file", path)
         _log.info("loading embedder %s", path)
+        gate = llm.gate if llm is not None else None
         embedder = LlamaEmbedder(
-            path, n_threads=settings.embed_threads, lock_timeout=settings.request_timeout
+            path,
+            n_threads=settings.embed_threads,
+            lock_timeout=settings.request_timeout,
+            idle_threads=settings.embed_idle_threads,
+            # cores are lent only while no generation runs or waits
+            lend_idle_threads=lambda: gate is None or not (gate.busy or gate.waiting),
         )
     return Services(store=store, llm=llm, embedder=embedder)

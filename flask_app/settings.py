@@ -7,6 +7,7 @@ generated from this table, and each reads `EDGERAG_<NAME>` from the environment.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -83,6 +84,13 @@ class Settings:
             "does not stall a generation)"
         ),
     )
+    embed_idle_threads: int = field(
+        default_factory=available_cores,
+        metadata=_help(
+            "threads the embedder computes with while no generation runs or waits "
+            "(default: all cores; set it to --embed-threads to never lend cores)"
+        ),
+    )
     search_threads: int = field(
         default_factory=available_cores,
         metadata=_help("threads one vector scan may use (default: available cores)"),
@@ -133,8 +141,13 @@ class Settings:
         default="",
         metadata=_help(
             "comma-separated API keys; when set, every route but /health and /info needs "
-            "Authorization: Bearer KEY (the CLI flag --api-key may be repeated)"
+            "Authorization: Bearer KEY (the CLI flag --api-key may be repeated); "
+            "KEY:ns1+ns2 limits a key to those Engine namespaces"
         ),
+    )
+    insecure: bool = field(
+        default=False,
+        metadata=_help("allow serving a non-loopback address without API keys"),
     )
     score_mapping: str = field(
         default="clip",
@@ -148,6 +161,7 @@ class Settings:
             (self.n_ctx >= 256, "n_ctx must be >= 256"),
             (self.llm_threads >= 1, "llm_threads must be >= 1"),
             (self.embed_threads >= 1, "embed_threads must be >= 1"),
+            (self.embed_idle_threads >= 1, "embed_idle_threads must be >= 1"),
             (self.search_threads >= 1, "search_threads must be >= 1"),
             (self.queue_size >= 0, "queue_size must be >= 0"),
             (
@@ -172,8 +186,12 @@ class Settings:
             ),
             (self.max_body_mb > 0, "max_body_mb must be > 0"),
             (
-                all(k.isprintable() and " " not in k for k in self.keys()),
+                all(k.isprintable() and " " not in k for k in self.api_key_specs()),
                 "api keys must be printable and without spaces",
+            ),
+            (
+                all(_namespaces_valid(k) for k in self.api_key_specs()),
+                "a scoped api key is KEY:ns1+ns2 with namespace names like ops or team-2",
             ),
             (self.score_mapping in ("clip", "shift"), "score_mapping must be clip or shift"),
         ]
@@ -205,7 +223,8 @@ class Settings:
                 values[name] = _coerce(f"EDGERAG_{name.upper()}", kind, raw)
         return cls(**values)
 
-    def keys(self) -> tuple[str, ...]:
+    def api_key_specs(self) -> tuple[str, ...]:
+        """Each configured key as given: `KEY` or `KEY:ns1+ns2`."""
         return tuple(k.strip() for k in self.api_keys.split(",") if k.strip())
 
     def llm_path(self) -> Path:
@@ -239,3 +258,11 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
         return kind(value)
     except (TypeError, ValueError) as exc:
         raise SettingsError(f"{name}: expected {kind.__name__}, got {value!r}") from exc
+
+
+def _namespaces_valid(key_spec: str) -> bool:
+    key, sep, scope = key_spec.partition(":")
+    if not sep:
+        return bool(key)
+    names = scope.split("+")
+    return bool(key) and all(re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", n) for n in names)

