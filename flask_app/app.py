@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 from flask import Flask
 
 from flask_app.api.engine import routes as engine
-from flask_app.api.http import admission, auth, errors, extensions, metrics
+from flask_app.api.http import admission, auth, errors, extensions, metrics, openapi
 from flask_app.api.http.json_body import OrjsonProvider
 from flask_app.api.lucidworks import routes as lucidworks
 from flask_app.api.moorcheh import answer as moorcheh_answer
@@ -30,6 +32,9 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     openai.install(app)
     engine_state = app.extensions["edgerag_engine"]
     metrics.install(app, extensions.services_of(app), engine_state.catalog.pending_count)
-    auth.install(app, settings.keys())  # before admission: strangers learn nothing
+    openapi.install(app, version=version("edgerag"))
+    grants = tuple(auth.parse_grant(k) for k in settings.api_key_specs())
+    # before admission: strangers learn nothing
+    auth.install(app, grants, open_prefixes=openapi.OPEN_PREFIXES)
     admission.install(app)
     return app

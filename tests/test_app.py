@@ -74,4 +74,10 @@ def test_metrics_count_requests_and_generations(client: FlaskClient) -> None:
     assert "edgerag_store_items 1.0" in text
     assert "edgerag_llm_time_to_first_token_seconds_count 1.0" in text
     assert "edgerag_llm_completion_tokens_total" in text and "edgerag_llm_waiting 0.0" in text
+    prompt_tokens = next(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("edgerag_llm_prompt_tokens_total ")
+    )
+    assert prompt_tokens > 10  # the /answer prompt: system rules, passage, question
     assert "edgerag_ingestion_backlog 0.0" in text

@@ -47,4 +47,4 @@ def test_api_key_flag_is_repeatable() -> None:
     from flask_app.cli.main import _settings
 
     args = build_parser().parse_args(["serve", "--api-key", "one", "--api-key", "two"])
-    assert _settings(args).keys() == ("one", "two")
+    assert _settings(args).api_key_specs() == ("one", "two")

@@ -335,6 +335,69 @@ def test_e16_not_found_and_unauthenticated(tmp_path: Path) -> None:
     assert client.get("/info").status_code == 200  # open without a key
 
 
+def test_scoped_keys_reach_only_their_namespaces(tmp_path: Path) -> None:
+    app, backend = build(tmp_path, api_keys="admin,ops-key:ops+shared")
+    client = app.test_client()
+    admin = {"Authorization": "Bearer admin"}
+    ops = {"Authorization": "Bearer ops-key"}
+    for ns in ("ops", "hr"):
+        assert client.put(f"/namespaces/{ns}", headers=admin).status_code == 201
+        client.put(f"/namespaces/{ns}/collections/docs", headers=admin)
+        r = client.post(
+            f"/namespaces/{ns}/collections/docs/files",
+            json={"path": "a.md", "content_type": "text/markdown", "text": f"{ns} secret: 4471."},
+            headers=admin,
+        )
+        assert r.status_code == 202
+    idle(app)
+    assert client.get("/namespaces/ops/collections/docs", headers=ops).status_code == 200
+    r = client.post("/namespaces/ops/collections/docs:answer", json={"query": "x"}, headers=ops)
+    assert r.status_code == 200
+    prompts = len(backend.prompts)
+    for method, path, body in [
+        ("GET", "/namespaces/hr", None),
+        ("GET", "/namespaces/hr/collections/docs/files", None),
+        ("POST", "/namespaces/hr/collections/docs:answer", {"query": "What is the secret?"}),
+        (
+            "POST",
+            "/namespaces/hr/collections/docs:readSpans",
+            {"spans": [{"file_id": "f", "start": 0, "end": 1}]},
+        ),
+        ("DELETE", "/namespaces/hr/collections/docs", None),
+        ("PUT", "/namespaces/new-one", None),
+        ("GET", "/namespaces/no-such-ns", None),  # existence is not revealed either
+    ]:
+        r = client.open(path, method=method, json=body, headers=ops)
+        assert r.status_code == 403, (path, r.status_code)
+        assert error_of(r) == {
+            "code": "permission_denied",
+            "message": "The API key cannot access this namespace.",
+            "retryable": False,
+            "details": {},
+        }
+        assert "4471" not in r.get_data(as_text=True)
+    # validation comes before the resource check (spec §3 order)
+    r = client.post("/namespaces/hr/collections/docs:answer", json={"query": ""}, headers=ops)
+    assert r.status_code == 400
+    assert len(backend.prompts) == prompts  # nothing about hr reached the model
+    assert client.get("/namespaces/hr", headers=admin).status_code == 200
+    # the other surfaces are shared by full keys only
+    for path in ("/export", "/v1/models", "/metrics"):
+        assert client.get(path, headers=ops).status_code == 403, path
+        assert client.get(path, headers=admin).status_code == 200, path
+    r = client.post("/ai/prediction/rag/qwen2.5", json={"batch": []}, headers=ops)
+    assert r.status_code == 403
+    assert client.get("/health").status_code == 200
+
+
+def test_scoped_key_syntax_is_validated(tmp_path: Path) -> None:
+    from flask_app.settings import SettingsError
+
+    for bad in ("k:", "k:Bad_NS", ":ops"):
+        with pytest.raises(SettingsError, match="scoped api key"):
+            Settings.load({"data_dir": tmp_path, "api_keys": bad}, {})
+
+
 def test_e17_info(lw_free_client: FlaskClient) -> None:
     info = lw_free_client.get("/info").get_json()
     assert info["doc_version"] == "0.1.0-preview"

@@ -7,6 +7,8 @@ whole before refusal, a leaked model slot, echoed input."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +27,7 @@ from flask_app.inference.llm import LLM
 from flask_app.services import Services
 from flask_app.settings import Settings
 from flask_app.store import Store
-from tests.http_client import serve_in_thread, start_server
+from tests.http_client import free_port, serve_in_thread, start_server
 
 
 def make(
@@ -276,15 +278,28 @@ def test_error_messages_do_not_echo_megabytes_of_input(tmp_path: Path) -> None:
         assert len(r.data) < 2000, (path, len(r.data))
 
 
-def test_binding_a_public_address_without_keys_warns(tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
-    server = start_server(
-        ["--no-llm", "--no-embedder", "--data-dir", str(tmp_path / "d"), "--host", "0.0.0.0"],
-        log,
-        timeout=30,
-    )
+def test_binding_a_public_address_without_keys_refuses_to_start(tmp_path: Path) -> None:
+    base = ["--no-llm", "--no-embedder", "--data-dir", str(tmp_path / "d"), "--host", "0.0.0.0"]
+    cmd = [sys.executable, "-m", "flask_app.cli", "serve", "--port", str(free_port()), *base]
+    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "refusing to serve 0.0.0.0 without an API key" in refused.stderr
+    assert "--insecure" in refused.stderr
+
+    log = tmp_path / "insecure.log"
+    server = start_server([*base, "--insecure"], log, timeout=30)
     server.stop()
-    assert "Warning: binding 0.0.0.0" in log.read_text()
+    assert "Warning: --insecure: 0.0.0.0 exposes every route" in log.read_text()
+
+    log = tmp_path / "keyed.log"
+    server = start_server([*base, "--api-key", "k-public-1"], log, timeout=30)
+    try:
+        assert requests.get(server.base + "/health", timeout=5).status_code == 200
+        assert requests.get(server.base + "/export", timeout=5).status_code == 401
+    finally:
+        server.stop()
+    assert "Warning" not in log.read_text()
+    assert "k-public-1" not in log.read_text()
 
 
 def test_settings_keep_http_threads_free_of_llm_waiters(tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
+import requests
 from openai import OpenAI
+from openai.types.chat import ChatCompletionMessageParam
 
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
@@ -56,7 +58,7 @@ def test_models_chat_and_usage(served: tuple[OpenAI, ScriptedBackend, LLM]) -> N
     assert reply.usage is not None and reply.usage.completion_tokens == 6
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + 6
     drawn = backend.samplings[-1]
-    assert (drawn.temperature, drawn.top_p, drawn.stop) == (0.5, 0.9, ("\n\n",))
+    assert (drawn.temperature, drawn.top_p, drawn.stop, drawn.seed) == (0.5, 0.9, ("\n\n",), 7)
     assert "<|system|>\nBe brief." in backend.prompts[-1]
     short = client.chat.completions.create(
         model="x", messages=[{"role": "user", "content": "q"}], max_tokens=2
@@ -127,3 +129,127 @@ def test_errors_in_openai_shape(
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
     assert limited.value.response.headers["Retry-After"].isdigit()
     holder.join(30)
+
+
+def _engine_collection(base: str, access: str = "open") -> None:
+    key = {"Authorization": "Bearer sk-local"}
+    requests.put(f"{base}/namespaces/ops", headers=key, timeout=10)
+    requests.put(
+        f"{base}/namespaces/ops/collections/docs",
+        json={"access_control": access},
+        headers=key,
+        timeout=10,
+    )
+    r = requests.post(
+        f"{base}/namespaces/ops/collections/docs/files",
+        json={
+            "path": "geo/france.md",
+            "content_type": "text/markdown",
+            "text": "# France\n\nThe capital of France is Paris, on the Seine.\n\n"
+            "# Spain\n\nThe capital of Spain is Madrid.",
+            "principals": ["group:geo"],
+        },
+        headers=key,
+        timeout=10,
+    )
+    assert r.status_code == 202
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        files = requests.get(
+            f"{base}/namespaces/ops/collections/docs/files", headers=key, timeout=10
+        ).json()["files"]
+        if files[0]["status"] == "ready":
+            return
+        time.sleep(0.05)
+    raise AssertionError("file not ready")
+
+
+def test_grounded_chat_answers_from_a_collection(
+    served: tuple[OpenAI, ScriptedBackend, LLM],
+) -> None:
+    client, backend, _ = served
+    base = str(client.base_url).removesuffix("/v1/").removesuffix("/v1")
+    _engine_collection(base)
+    question: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "What is the capital of France?"}
+    ]
+    reply = client.chat.completions.create(
+        model="m", messages=question, extra_body={"rag": {"collection": "ops/docs", "top_k": 3}}
+    )
+    assert reply.choices[0].message.content == "Paris is the capital of France."
+    assert "The capital of France is Paris" in backend.prompts[-1]  # the evidence was given
+    extension = (reply.model_extra or {})["rag"]
+    assert extension["refused"] is False
+    assert extension["sources"][0]["path"] == "geo/france.md"
+    assert "Paris" in extension["sources"][0]["text"]
+    assert reply.usage is not None and reply.usage.prompt_tokens > 0
+    # streamed: the last chunk carries the extension
+    chunks = list(
+        client.chat.completions.create(
+            model="m",
+            messages=question,
+            stream=True,
+            extra_body={"rag": {"collection": "ops/docs"}},
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == (
+        "Paris is the capital of France."
+    )
+    assert (chunks[-1].model_extra or {})["rag"]["sources"][0]["path"] == "geo/france.md"
+    # the moorcheh-edge store is a collection too
+    r = requests.post(
+        f"{base}/upload",
+        json={
+            "store_mode": "text",
+            "items": [{"id": "fr", "text": "The capital of France is Paris."}],
+        },
+        headers={"Authorization": "Bearer sk-local"},
+        timeout=10,
+    )
+    assert r.status_code == 200
+    edge = client.chat.completions.create(
+        model="m", messages=question, extra_body={"rag": {"collection": "moorcheh-edge"}}
+    )
+    assert [s["id"] for s in (edge.model_extra or {})["rag"]["sources"]] == ["fr"]
+    # an unknown collection and a bad option are errors in OpenAI's shape
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.create(
+            model="m", messages=question, extra_body={"rag": {"collection": "ops/nope"}}
+        )
+    assert missing.value.body["param"] == "rag.collection"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="m", messages=question, extra_body={"rag": {"collection": "ops/docs", "top_k": 0}}
+        )
+
+
+def test_grounded_chat_respects_access_control_and_refuses_without_evidence(
+    served: tuple[OpenAI, ScriptedBackend, LLM],
+) -> None:
+    client, backend, _ = served
+    base = str(client.base_url).removesuffix("/v1/").removesuffix("/v1")
+    _engine_collection(base, access="enforced")
+    question: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "What is the capital of France?"}
+    ]
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(
+            model="m", messages=question, extra_body={"rag": {"collection": "ops/docs"}}
+        )
+    assert bad.value.body["param"] == "rag.principals"  # type: ignore[index]
+    prompts = len(backend.prompts)
+    stranger = client.chat.completions.create(
+        model="m",
+        messages=question,
+        extra_body={"rag": {"collection": "ops/docs", "principals": ["group:other"]}},
+    )
+    # nothing readable: the fixed sentence, no model call, no sources
+    assert len(backend.prompts) == prompts
+    assert (stranger.model_extra or {})["rag"] == {"sources": [], "refused": True}
+    assert "Paris" not in (stranger.choices[0].message.content or "")
+    member = client.chat.completions.create(
+        model="m",
+        messages=question,
+        extra_body={"rag": {"collection": "ops/docs", "principals": ["group:geo"]}},
+    )
+    assert (member.model_extra or {})["rag"]["sources"][0]["path"] == "geo/france.md"

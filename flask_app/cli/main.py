@@ -122,9 +122,18 @@ def cmd_serve(settings: Settings, log_level: str) -> int:
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("edgerag.llama").setLevel(logging.WARNING)
-    if not _is_loopback(settings.host):
+    if not _is_loopback(settings.host) and not settings.api_key_specs():
+        if not settings.insecure:
+            print(
+                f"Error: refusing to serve {settings.host} without an API key: every route, "
+                "uploads and deletes included, would be open to the network. Give "
+                "--api-key KEY (or EDGERAG_API_KEYS), bind 127.0.0.1, or pass --insecure.",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 2
         print(
-            f"Warning: binding {settings.host} exposes every route, uploads and deletes "
+            f"Warning: --insecure: {settings.host} exposes every route, uploads and deletes "
             "included, without authentication to the network",
             file=sys.stderr,
             flush=True,

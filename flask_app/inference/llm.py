@@ -96,6 +96,7 @@ class Sampling:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     stop: tuple[str, ...] = ()
+    seed: int | None = None  # None: a fresh draw per request
 
 
 @dataclass
@@ -200,6 +201,7 @@ class LlamaBackend:
                 presence_penalty=sampling.presence_penalty,
                 frequency_penalty=sampling.frequency_penalty,
                 stop=list(sampling.stop) or None,
+                seed=sampling.seed,
                 stream=True,
                 logits_processor=processors,
             ),
@@ -285,6 +287,7 @@ class TokenStream:
         self._first: float | None = None  # when the first delta came
         self._deltas = 0
         self.observer: Observer | None = None
+        self.prompt_tokens = 0  # told to the observer
         self._open = True
         self._cancelled = threading.Event()
         self.cancelled_because_client_left = False
@@ -343,7 +346,7 @@ class TokenStream:
             self._gate.release(held)
             if self.observer is not None:
                 ttft = None if self._first is None else self._first - self._started
-                self.observer(ttft, self._deltas, held)
+                self.observer(self.prompt_tokens, ttft, self._deltas, held)
 
     def __enter__(self) -> TokenStream:
         return self
@@ -352,9 +355,9 @@ class TokenStream:
         self.close()
 
 
-# Told about every finished generation: (seconds to the first delta or None,
-# deltas generated, seconds the model was held). Metrics use it.
-Observer = Callable[[float | None, int, float], None]
+# Told about every finished generation: (prompt tokens, seconds to the first
+# delta or None, deltas generated, seconds the model was held). Metrics use it.
+Observer = Callable[[int, float | None, int, float], None]
 
 
 class LLM:
@@ -410,7 +413,9 @@ class LLM:
             self.gate.release(0.0)
             raise LLMFailed(f"LLM request failed: {exc}") from exc
         stream = TokenStream(tokens, self.gate, deadline, abandoned)
-        stream.observer = self.observer
+        if self.observer is not None:
+            stream.observer = self.observer
+            stream.prompt_tokens = self.backend.count_tokens(prompt)
         return stream
 
     def chat(

@@ -23,6 +23,8 @@ from typing import Any
 
 from ulid import ULID
 
+from flask_app.store.file_query import Sql
+
 PROCESSING, READY, FAILED = "processing", "ready", "failed"
 
 _SCHEMA = """
@@ -59,6 +61,41 @@ CREATE TABLE IF NOT EXISTS files (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS files_path ON files (namespace, collection, path);
 CREATE INDEX IF NOT EXISTS files_status ON files (status, created_at);
+-- the metadata and principals of each file as indexed rows, kept by triggers
+-- (filters look matching files up instead of reading every file's JSON)
+CREATE TABLE IF NOT EXISTS file_metadata (
+    file_id TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    collection TEXT NOT NULL,
+    key TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    value,
+    PRIMARY KEY (file_id, key)
+);
+CREATE INDEX IF NOT EXISTS file_metadata_value
+    ON file_metadata (namespace, collection, key, kind, value);
+CREATE TABLE IF NOT EXISTS file_principals (
+    file_id TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    collection TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    PRIMARY KEY (file_id, principal)
+);
+CREATE INDEX IF NOT EXISTS file_principals_principal
+    ON file_principals (namespace, collection, principal);
+CREATE TRIGGER IF NOT EXISTS files_indexed AFTER INSERT ON files BEGIN
+    INSERT INTO file_metadata SELECT new.file_id, new.namespace, new.collection, key,
+        CASE type WHEN 'text' THEN 'string' WHEN 'true' THEN 'bool' WHEN 'false' THEN 'bool'
+            ELSE 'number' END,
+        value
+    FROM json_each(new.metadata);
+    INSERT OR IGNORE INTO file_principals SELECT new.file_id, new.namespace, new.collection, value
+    FROM json_each(new.principals);
+END;
+CREATE TRIGGER IF NOT EXISTS files_unindexed AFTER DELETE ON files BEGIN
+    DELETE FROM file_metadata WHERE file_id = old.file_id;
+    DELETE FROM file_principals WHERE file_id = old.file_id;
+END;
 CREATE TABLE IF NOT EXISTS chunks (
     file_id TEXT NOT NULL,
     n INTEGER NOT NULL,
@@ -159,7 +196,27 @@ class Catalog:
         self.path = path
         self._local = threading.local()
         self._write_lock = threading.Lock()
-        self._db().executescript(_SCHEMA)
+        db = self._db()
+        db.executescript(_SCHEMA)
+        if db.execute("PRAGMA user_version").fetchone()[0] < 1:
+            self._index_existing_files()
+
+    def _index_existing_files(self) -> None:
+        """Catalogs written before the metadata index: index their files once."""
+        with self._tx() as db:
+            db.execute("DELETE FROM file_metadata")
+            db.execute("DELETE FROM file_principals")
+            db.execute(
+                "INSERT INTO file_metadata SELECT f.file_id, f.namespace, f.collection, j.key, "
+                "CASE j.type WHEN 'text' THEN 'string' WHEN 'true' THEN 'bool' "
+                "WHEN 'false' THEN 'bool' ELSE 'number' END, j.value "
+                "FROM files f, json_each(f.metadata) j"
+            )
+            db.execute(
+                "INSERT OR IGNORE INTO file_principals SELECT f.file_id, f.namespace, "
+                "f.collection, j.value FROM files f, json_each(f.principals) j"
+            )
+            db.execute("PRAGMA user_version = 1")
 
     def _db(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
@@ -382,6 +439,35 @@ class Catalog:
             "AND file_id > ? ORDER BY file_id"
         )
         params: list[Any] = [namespace, collection, after or ""]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_file(r) for r in self._db().execute(sql, params)]
+
+    def files_where(
+        self,
+        namespace: str,
+        collection: str,
+        conditions: Sequence[Sql] = (),
+        *,
+        status: str | None = READY,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> list[FileRecord]:
+        """Files of a collection (of one status, or any) that meet every
+        condition, in file id order, after `after`."""
+        sql = f"SELECT {_FILE_COLUMNS} FROM files f WHERE f.namespace = ? AND f.collection = ?"
+        params: list[Any] = [namespace, collection]
+        if status is not None:
+            sql += " AND f.status = ?"
+            params.append(status)
+        if after is not None:
+            sql += " AND f.file_id > ?"
+            params.append(after)
+        for condition in conditions:
+            sql += f" AND {condition.text}"
+            params += condition.params
+        sql += " ORDER BY f.file_id"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)

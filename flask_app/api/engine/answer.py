@@ -13,20 +13,30 @@ from flask.typing import ResponseReturnValue
 from flask_app import rag
 from flask_app.api.engine import citations, requests, state
 from flask_app.api.engine.errors import MAX_REQUEST_BYTES, EngineError, invalid
-from flask_app.api.engine.filters import FilterError
-from flask_app.api.engine.filters import parse as parse_filter
+from flask_app.api.engine.filters import filter_condition
 from flask_app.api.engine.resources import collection_or_404
+from flask_app.api.engine.schemas import (
+    AnswerRequest,
+    AnswerResponse,
+    EngineErrorBody,
+    Info,
+    ReadSpansRequest,
+    ReadSpansResponse,
+)
 from flask_app.api.http.disconnect import client_gone_probe
 from flask_app.api.http.extensions import answer_config_of, services_of
 from flask_app.api.http.json_body import json_object
+from flask_app.api.http.openapi import Operation, operation
 from flask_app.api.http.request_ids import request_id
 from flask_app.inference.llm import ChatMessage
 from flask_app.rag import evidence, prompts
 from flask_app.rag.answer import Grounding, ground, open_answer
 from flask_app.rag.retrieval import StoredCollection
 from flask_app.store.catalog import CollectionRecord, FileRecord, chunk_id
+from flask_app.store.file_query import readable_by
 
 blueprint = Blueprint("engine_answer", __name__)
+TAG = "engine"
 
 TIME_LIMIT_S = 45.0
 NOT_FOUND_ANSWER = "The collection does not contain this information."
@@ -41,23 +51,35 @@ def _label(position: int, passage_id: str, metadata: dict[str, object] | None) -
 def visible_files(
     collection: CollectionRecord, principals: list[str] | None, text_filter: str | None
 ) -> list[FileRecord]:
-    """Ready files the caller may read and the filter keeps."""
-    try:
-        keep = parse_filter(text_filter or "")
-    except FilterError as exc:
-        raise invalid(str(exc), "filter", position=exc.position) from None
-    files = [
-        f
-        for f in state.catalog().files(collection.namespace, collection.name)
-        if f.status == "ready"
-    ]
+    """Ready files the caller may read and the filter keeps (both looked up
+    through the catalog's indexes)."""
+    ns, name = collection.namespace, collection.name
+    conditions = [filter_condition(ns, name, text_filter)]
     if collection.access_control == "enforced":
-        allowed = set(principals or [])
-        files = [f for f in files if allowed & set(f.principals)]
-    return [f for f in files if keep is None or keep(f)]
+        conditions.append(readable_by(principals or [], ns, name))
+    return state.catalog().files_where(ns, name, [c for c in conditions if c is not None])
 
 
-def _require_principals(collection: CollectionRecord, principals: list[str] | None) -> None:
+def files_retriever(
+    collection: CollectionRecord,
+    files: list[FileRecord],
+    spans: dict[str, list[tuple[int, int]]],
+    question: rag.Question,
+) -> StoredCollection | None:
+    """Search over the chunks of `files` only (None: nothing to search)."""
+    services = services_of(current_app)
+    only = {chunk_id(fid, n) for fid, chunk_spans in spans.items() for n in range(len(chunk_spans))}
+    if not only or services.embedder is None:
+        return None
+    chunks = services.store.collection(collection.namespace, collection.name)
+    vector = rag.query_vector(chunks, question, services.embedder)
+    # every stored chunk visible (no filter, no ACL, nothing processing):
+    # search without an allow-list, whose cost would follow the collection
+    everything = len(files) == collection.file_count and len(only) == len(chunks)
+    return StoredCollection(chunks, vector, only=None if everything else only)
+
+
+def require_principals(collection: CollectionRecord, principals: list[str] | None) -> None:
     if collection.access_control == "enforced" and not principals:
         raise invalid(
             "principals is required for collections with enforced access control.", "principals"
@@ -109,6 +131,32 @@ def _source(
 
 
 @blueprint.post("/namespaces/<ns>/collections/<target>")
+@operation(
+    summary="Collection methods",
+    tag=TAG,
+    paths=(
+        (
+            "/namespaces/{ns}/collections/{name}:answer",
+            Operation(
+                summary="Answer a question with citations to exact spans of the files",
+                tag=TAG,
+                body=AnswerRequest,
+                response=AnswerResponse,
+                error=EngineErrorBody,
+            ),
+        ),
+        (
+            "/namespaces/{ns}/collections/{name}:readSpans",
+            Operation(
+                summary="Read spans of files back (e.g. cited ones)",
+                tag=TAG,
+                body=ReadSpansRequest,
+                response=ReadSpansResponse,
+                error=EngineErrorBody,
+            ),
+        ),
+    ),
+)
 def collection_method(ns: str, target: str) -> ResponseReturnValue:
     name, sep, verb = target.partition(":")
     if not sep:
@@ -124,7 +172,7 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
     started = time.monotonic()
     ask = requests.answer_request(json_object(request))
     collection = collection_or_404(ns, name)
-    _require_principals(collection, ask.principals)
+    require_principals(collection, ask.principals)
     files = visible_files(collection, ask.principals, ask.filter)
     _ready(collection)
     if ask.image is not None:
@@ -138,8 +186,6 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
         raise rag.LLMNotConfigured()
     depth, units, credits = EFFORT[ask.effort]
     spans = state.catalog().spans_of([f.file_id for f in files])
-    only = {chunk_id(fid, n) for fid, chunk_spans in spans.items() for n in range(len(chunk_spans))}
-    chunks = services.store.collection(ns, name)
     style = ask.instructions if ask.instructions else prompts.DEFAULT_STYLE
     form = prompts.AnswerForm(
         system=prompts.system_prompt(style), label=_label, refusal=NOT_FOUND_ANSWER
@@ -149,12 +195,8 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
     config = replace(
         answer_config_of(current_app), evidence_units=units, piece_blocks=True, evidence_only=True
     )
-    if only and services.embedder is not None:
-        vector = rag.query_vector(chunks, question, services.embedder)
-        # every stored chunk visible (no filter, no ACL, nothing processing):
-        # search without an allow-list, whose cost would follow the collection
-        everything = len(files) == collection.file_count and len(only) == len(chunks)
-        retriever = StoredCollection(chunks, vector, only=None if everything else only)
+    retriever = files_retriever(collection, files, spans, question)
+    if retriever is not None:
         grounding = ground(services.llm, retriever, question, config)
     else:
         grounding = Grounding([], [], None, 0.0, None)
@@ -210,7 +252,7 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
 def read_spans(ns: str, name: str) -> ResponseReturnValue:
     spans, context, principals = requests.read_spans_request(json_object(request))
     collection = collection_or_404(ns, name)
-    _require_principals(collection, principals)
+    require_principals(collection, principals)
     visible = {f.file_id: f for f in visible_files(collection, principals, None)}
     out = []
     for i, span in enumerate(spans):
@@ -239,6 +281,7 @@ def read_spans(ns: str, name: str) -> ResponseReturnValue:
 
 
 @blueprint.get("/info")
+@operation(summary="Efforts, limits and the filter language", tag=TAG, response=Info)
 def info() -> Response:
     return jsonify(
         {

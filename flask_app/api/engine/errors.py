@@ -59,6 +59,10 @@ def _as_engine(exc: Exception) -> EngineError:
         code = exc.code or 500
         if code == 401:
             return EngineError(401, "unauthenticated", "Missing or invalid API key.")
+        if code == 403:
+            return EngineError(
+                403, "permission_denied", "The API key cannot access this namespace."
+            )
         if code == 404:
             return EngineError(404, "not_found", "Not found: no such route")
         if code == 405:

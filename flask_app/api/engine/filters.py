@@ -1,5 +1,5 @@
 """The filter language of spec §6 (AIP-160 flavoured), parsed with lark into
-a predicate over files:
+a condition on files:
 
     metadata.tier IN (gold, silver) AND NOT content_type = "application/pdf"
     path = "runbooks/*" OR metadata.year >= 2024
@@ -8,12 +8,22 @@ a predicate over files:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from lark import Lark, Token, Transformer, UnexpectedInput
 
-from flask_app.store.catalog import FileRecord
+from flask_app.api.engine.errors import invalid
+from flask_app.store.file_query import (
+    AllOf,
+    Among,
+    AnyOf,
+    Compare,
+    Condition,
+    Literal,
+    Not,
+    Sql,
+    to_sql,
+)
 
 MAX_DEPTH = 16
 
@@ -43,8 +53,6 @@ BARE: /[A-Za-z0-9_.:\/@-]+/
 _PARSER = Lark(_GRAMMAR, parser="lalr", propagate_positions=True)
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
-Predicate = Callable[[FileRecord], bool]
-
 
 class FilterError(ValueError):
     def __init__(self, reason: str, position: int) -> None:
@@ -52,95 +60,35 @@ class FilterError(ValueError):
         self.position = position
 
 
-def _literal(token: Token) -> tuple[Any, bool]:
+def _literal(token: Token) -> Literal:
     text = str(token)
     if token.type == "QUOTED":
-        return re.sub(r'\\(["\\])', r"\1", text[1:-1]), True
+        return Literal(re.sub(r'\\(["\\])', r"\1", text[1:-1]), True)
     if _NUMBER.fullmatch(text):
-        return float(text), False
+        return Literal(float(text), False)
     if text in ("true", "false"):
-        return text == "true", False
-    return text, False
+        return Literal(text == "true", False)
+    return Literal(text, False)
 
 
-def _field(record: FileRecord, name: str) -> tuple[bool, Any]:
-    if name == "path":
-        return True, record.path
-    if name == "content_type":
-        return True, record.content_type
-    if name == "file_id":
-        return True, record.file_id
-    key = name.removeprefix("metadata.")
-    if key not in record.metadata:
-        return False, None
-    return True, record.metadata[key]
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    return "string"
-
-
-def _equal(have: Any, want: Any, quoted: bool, field: str) -> bool:
-    if field == "path" and quoted and isinstance(want, str) and want.endswith("*"):
-        return isinstance(have, str) and have.startswith(want[:-1])
-    if _kind(have) != _kind(want):
-        return False
-    return bool(have == want)
-
-
-def _order(have: Any, want: Any, op: str) -> bool:
-    if _kind(have) != _kind(want) or _kind(have) == "bool":
-        return False
-    if op == "<":
-        return bool(have < want)
-    if op == "<=":
-        return bool(have <= want)
-    if op == ">":
-        return bool(have > want)
-    return bool(have >= want)
-
-
-class _Build(Transformer[Token, Predicate]):
-    def value(self, items: list[Token]) -> tuple[Any, bool]:
+class _Build(Transformer[Token, Condition]):
+    def value(self, items: list[Token]) -> Literal:
         return _literal(items[0])
 
-    def compare(self, items: list[Any]) -> Predicate:
-        field, op, (want, quoted) = str(items[0]), str(items[1]), items[2]
+    def compare(self, items: list[Any]) -> Condition:
+        return Compare(str(items[0]), str(items[1]), items[2])
 
-        def test(record: FileRecord) -> bool:
-            present, have = _field(record, field)
-            if op == "!=":
-                return not (present and _equal(have, want, quoted, field))
-            if not present:
-                return False
-            if op == "=":
-                return _equal(have, want, quoted, field)
-            return _order(have, want, op)
+    def among(self, items: list[Any]) -> Condition:
+        return Among(str(items[0]), tuple(items[1:]))
 
-        return test
+    def negate(self, items: list[Condition]) -> Condition:
+        return Not(items[0])
 
-    def among(self, items: list[Any]) -> Predicate:
-        field, values = str(items[0]), items[1:]
+    def all_of(self, items: list[Condition]) -> Condition:
+        return AllOf(tuple(items))
 
-        def test(record: FileRecord) -> bool:
-            present, have = _field(record, field)
-            return present and any(_equal(have, w, q, field) for w, q in values)
-
-        return test
-
-    def negate(self, items: list[Predicate]) -> Predicate:
-        inner = items[0]
-        return lambda record: not inner(record)
-
-    def all_of(self, items: list[Predicate]) -> Predicate:
-        return lambda record: all(p(record) for p in items)
-
-    def any_of(self, items: list[Predicate]) -> Predicate:
-        return lambda record: any(p(record) for p in items)
+    def any_of(self, items: list[Condition]) -> Condition:
+        return AnyOf(tuple(items))
 
 
 def _depth(text: str) -> tuple[int, int]:
@@ -169,8 +117,9 @@ def _depth(text: str) -> tuple[int, int]:
     return deepest, where
 
 
-def parse(text: str) -> Predicate | None:
-    """The filter as a predicate over files (None: no filter)."""
+def parse(text: str) -> Condition | None:
+    """The filter as a condition on files (None: no filter); the catalog
+    runs it through its metadata index (`store.file_query`)."""
     if not text.strip():
         return None
     deepest, where = _depth(text)
@@ -186,5 +135,15 @@ def parse(text: str) -> Predicate | None:
         found = rest[0][:20] if rest else ""
         reason = f"unexpected {found!r}" if found else "unexpected end of filter"
         raise FilterError(reason, position) from None
-    predicate: Predicate = _Build().transform(tree)
-    return predicate
+    condition: Condition = _Build().transform(tree)
+    return condition
+
+
+def filter_condition(namespace: str, collection: str, text: str | None) -> Sql | None:
+    """The request's filter as SQL on one collection's files; a parse error
+    is the 400 of spec §6."""
+    try:
+        condition = parse(text or "")
+    except FilterError as exc:
+        raise invalid(str(exc), "filter", position=exc.position) from None
+    return None if condition is None else to_sql(condition, namespace, collection)

@@ -13,10 +13,21 @@ from flask.typing import ResponseReturnValue
 
 from flask_app.api.engine import state
 from flask_app.api.engine.errors import EngineError, invalid, not_found
-from flask_app.api.engine.filters import FilterError
-from flask_app.api.engine.filters import parse as parse_filter
+from flask_app.api.engine.filters import filter_condition
 from flask_app.api.engine.requests import check_name, principals_of
+from flask_app.api.engine.schemas import (
+    CollectionBody,
+    CollectionRequest,
+    Collections,
+    EngineErrorBody,
+    FileBody,
+    Files,
+    FileUpload,
+    Namespace,
+)
+from flask_app.api.http.auth import require_namespace
 from flask_app.api.http.json_body import json_object
+from flask_app.api.http.openapi import operation
 from flask_app.api.http.request_ids import request_id
 from flask_app.ingest.extract import BINARY_TYPES, CONTENT_TYPES
 from flask_app.store.catalog import (
@@ -26,8 +37,10 @@ from flask_app.store.catalog import (
     NotEmpty,
     rfc3339,
 )
+from flask_app.store.file_query import readable_by
 
 blueprint = Blueprint("engine_resources", __name__)
+TAG = "engine"
 
 MAX_PAGE = 100
 DEFAULT_PAGE = 50
@@ -98,6 +111,7 @@ def _token(last: str | None) -> str | None:
 
 def namespace_or_404(ns: str) -> NamespaceRecord:
     check_name("namespace", ns)
+    require_namespace(ns)
     record = state.catalog().namespace(ns)
     if record is None:
         raise not_found(f"namespace {ns}")
@@ -120,8 +134,16 @@ def _optional_json() -> dict[str, Any]:
 
 
 @blueprint.put("/namespaces/<ns>")
+@operation(
+    summary="Create a namespace (200 if it exists)",
+    tag=TAG,
+    response=Namespace,
+    status=201,
+    error=EngineErrorBody,
+)
 def put_namespace(ns: str) -> ResponseReturnValue:
     check_name("namespace", ns)
+    require_namespace(ns)
     body = _optional_json()
     if body:
         raise invalid(f"Unknown field: {next(iter(body))}", next(iter(body)))
@@ -130,11 +152,13 @@ def put_namespace(ns: str) -> ResponseReturnValue:
 
 
 @blueprint.get("/namespaces/<ns>")
+@operation(summary="A namespace", tag=TAG, response=Namespace, error=EngineErrorBody)
 def get_namespace(ns: str) -> ResponseReturnValue:
     return _ok(_namespace_json(namespace_or_404(ns)))
 
 
 @blueprint.delete("/namespaces/<ns>")
+@operation(summary="Delete an empty namespace", tag=TAG, status=204, error=EngineErrorBody)
 def delete_namespace(ns: str) -> ResponseReturnValue:
     namespace_or_404(ns)
     try:
@@ -147,6 +171,14 @@ def delete_namespace(ns: str) -> ResponseReturnValue:
 
 
 @blueprint.put("/namespaces/<ns>/collections/<name>")
+@operation(
+    summary="Create or update a collection",
+    tag=TAG,
+    body=CollectionRequest,
+    response=CollectionBody,
+    status=201,
+    error=EngineErrorBody,
+)
 def put_collection(ns: str, name: str) -> ResponseReturnValue:
     namespace_or_404(ns)
     check_name("collection", name)
@@ -168,11 +200,27 @@ def put_collection(ns: str, name: str) -> ResponseReturnValue:
 
 
 @blueprint.get("/namespaces/<ns>/collections/<name>")
+@operation(
+    summary="A collection and its file counts",
+    tag=TAG,
+    response=CollectionBody,
+    error=EngineErrorBody,
+)
 def get_collection(ns: str, name: str) -> ResponseReturnValue:
     return _ok(collection_json(collection_or_404(ns, name)))
 
 
 @blueprint.get("/namespaces/<ns>/collections")
+@operation(
+    summary="The collections of a namespace, paged",
+    tag=TAG,
+    response=Collections,
+    error=EngineErrorBody,
+    query=(
+        ("page_size", "1..100, default 50"),
+        ("page_token", "next_page_token of the previous page"),
+    ),
+)
 def list_collections(ns: str) -> ResponseReturnValue:
     namespace_or_404(ns)
     size, after = _page()
@@ -188,6 +236,7 @@ def list_collections(ns: str) -> ResponseReturnValue:
 
 
 @blueprint.delete("/namespaces/<ns>/collections/<name>")
+@operation(summary="Delete a collection and its files", tag=TAG, status=204, error=EngineErrorBody)
 def delete_collection(ns: str, name: str) -> ResponseReturnValue:
     collection_or_404(ns, name)
     state.catalog().delete_collection(ns, name)
@@ -230,6 +279,14 @@ def _path(value: Any) -> str:
 
 
 @blueprint.post("/namespaces/<ns>/collections/<name>/files")
+@operation(
+    summary="Upload a file (202; ingested in the background)",
+    tag=TAG,
+    body=FileUpload,
+    response=FileBody,
+    status=202,
+    error=EngineErrorBody,
+)
 def upload_file(ns: str, name: str) -> ResponseReturnValue:
     body = json_object(request)
     for key in body:
@@ -270,23 +327,35 @@ def upload_file(ns: str, name: str) -> ResponseReturnValue:
 
 
 @blueprint.get("/namespaces/<ns>/collections/<name>/files")
+@operation(
+    summary="The files of a collection, paged",
+    tag=TAG,
+    response=Files,
+    error=EngineErrorBody,
+    query=(
+        ("page_size", "1..100, default 50"),
+        ("page_token", "next_page_token of the previous page"),
+        ("filter", "a filter of spec §6"),
+        ("principals", "repeatable: only files these principals may read"),
+    ),
+)
 def list_files(ns: str, name: str) -> ResponseReturnValue:
     """Every file (the key holder's view); on an enforced collection,
     `?principals=a&principals=b` lists only the files those principals may read."""
     collection = collection_or_404(ns, name)
     size, after = _page()
-    text_filter = request.args.get("filter", "")
-    try:
-        keep = parse_filter(text_filter)
-    except FilterError as exc:
-        raise invalid(str(exc), "filter", position=exc.position) from None
-    records = state.catalog().files(ns, name)
-    records = [r for r in records if (after is None or r.file_id > after)]
-    readers = set(request.args.getlist("principals"))
+    conditions = [filter_condition(ns, name, request.args.get("filter", ""))]
+    readers = request.args.getlist("principals")
     if readers and collection.access_control == "enforced":
-        records = [r for r in records if readers & set(r.principals)]
-    if keep is not None:
-        records = [r for r in records if keep(r)]
+        conditions.append(readable_by(readers, ns, name))
+    records = state.catalog().files_where(
+        ns,
+        name,
+        [c for c in conditions if c is not None],
+        status=None,
+        after=after,
+        limit=size + 1,
+    )
     page, more = records[:size], len(records) > size
     return _ok(
         {
@@ -305,11 +374,15 @@ def _file_or_404(ns: str, name: str, file_id: str) -> FileRecord:
 
 
 @blueprint.get("/namespaces/<ns>/collections/<name>/files/<file_id>")
+@operation(
+    summary="A file: status, progress, error", tag=TAG, response=FileBody, error=EngineErrorBody
+)
 def get_file(ns: str, name: str, file_id: str) -> ResponseReturnValue:
     return _ok(file_json(_file_or_404(ns, name, file_id)))
 
 
 @blueprint.delete("/namespaces/<ns>/collections/<name>/files/<file_id>")
+@operation(summary="Delete a file", tag=TAG, status=204, error=EngineErrorBody)
 def delete_file(ns: str, name: str, file_id: str) -> ResponseReturnValue:
     _file_or_404(ns, name, file_id)
     state.forget_chunks(ns, name, file_id)

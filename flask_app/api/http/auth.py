@@ -1,19 +1,55 @@
-"""API keys: with keys configured, every route but /health and /info needs
-`Authorization: Bearer <key>`. Keys are compared in constant time and never
-logged; a refusal is a 401 that each surface renders in its own error shape."""
+"""API keys: with keys configured, every route but /health, /info and the web
+page's static files needs `Authorization: Bearer <key>`. Keys are compared in
+constant time and never logged; a refusal is a 401 that each surface renders
+in its own error shape.
+
+A key may be scoped to Engine namespaces (`KEY:ops+docs`): it then reaches
+only those namespaces' routes (others answer 403 `permission_denied`) and no
+other surface (403 in that surface's shape), since the moorcheh-edge store,
+conversation memories and the metrics are shared by every full key.
+"""
 
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 
-from flask import Flask, request
-from werkzeug.exceptions import Unauthorized
+from flask import Flask, g, request
+from werkzeug.exceptions import Forbidden, Unauthorized
 
 OPEN_PATHS = frozenset({"/health", "/info"})
+SCOPED_PREFIX = "/namespaces"
 
 
 class MissingKey(Unauthorized):
     description = "Unauthorized: send the header Authorization: Bearer <API key>"
+
+
+class NamespaceForbidden(Forbidden):
+    description = "The API key cannot access this namespace."
+
+
+class SurfaceForbidden(Forbidden):
+    description = "This API key is scoped to Engine namespaces and cannot use this route."
+
+
+@dataclass(frozen=True)
+class Grant:
+    key: bytes
+    namespaces: frozenset[str] | None  # None: every namespace and every surface
+
+
+def parse_grant(spec: str) -> Grant:
+    """`KEY` (full access) or `KEY:ns1+ns2` (those Engine namespaces only)."""
+    key, sep, scope = spec.strip().partition(":")
+    if not key:
+        raise ValueError("an API key must not be empty")
+    if not sep:
+        return Grant(key.encode(), None)
+    namespaces = frozenset(ns for ns in scope.split("+") if ns)
+    if not namespaces:
+        raise ValueError("a scoped API key needs at least one namespace after ':'")
+    return Grant(key.encode(), namespaces)
 
 
 def _presented() -> bytes | None:
@@ -23,23 +59,37 @@ def _presented() -> bytes | None:
     return token.strip().encode()
 
 
-def key_ok(presented: bytes | None, keys: tuple[bytes, ...]) -> bool:
+def matching_grant(presented: bytes | None, grants: tuple[Grant, ...]) -> Grant | None:
     if presented is None:
-        return False
-    ok = False
-    for key in keys:  # every key is compared: the time does not say which matched
-        ok |= hmac.compare_digest(presented, key)
-    return ok
+        return None
+    found = None
+    for grant in grants:  # every key is compared: the time does not say which matched
+        if hmac.compare_digest(presented, grant.key):
+            found = grant
+    return found
 
 
-def install(app: Flask, keys: tuple[str, ...]) -> None:
-    if not keys:
+def require_namespace(ns: str) -> None:
+    """403 unless the request's key may use namespace `ns` (Engine resources
+    call this after validating the body, as the spec's order wants)."""
+    scope: frozenset[str] | None = g.get("key_namespaces")
+    if scope is not None and ns not in scope:
+        raise NamespaceForbidden()
+
+
+def install(app: Flask, grants: tuple[Grant, ...], open_prefixes: tuple[str, ...] = ()) -> None:
+    if not grants:
         return
-    encoded = tuple(k.encode() for k in keys)
 
     @app.before_request
     def require_key() -> None:
-        if request.path in OPEN_PATHS or request.method == "OPTIONS":
+        if request.method == "OPTIONS" or request.path in OPEN_PATHS:
             return
-        if not key_ok(_presented(), encoded):
+        if open_prefixes and request.path.startswith(open_prefixes):
+            return
+        grant = matching_grant(_presented(), grants)
+        if grant is None:
             raise MissingKey()
+        g.key_namespaces = grant.namespaces
+        if grant.namespaces is not None and not request.path.startswith(SCOPED_PREFIX + "/"):
+            raise SurfaceForbidden()

@@ -22,6 +22,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from flask_app.api.http.openapi import operation
 from flask_app.api.http.request_ids import request_id
 from flask_app.services import Services
 from flask_app.store import StoreError
@@ -64,8 +65,12 @@ def install(app: Flask, services: Services, backlog: Callable[[], int] | None = 
             registry=registry,
         )
         completion = Counter("edgerag_llm_completion_tokens", "generated pieces", registry=registry)
+        prompt = Counter(
+            "edgerag_llm_prompt_tokens", "prompt tokens of generations", registry=registry
+        )
 
-        def observe(first: float | None, pieces: int, held: float) -> None:
+        def observe(prompt_tokens: int, first: float | None, pieces: int, held: float) -> None:
+            prompt.inc(prompt_tokens)
             completion.inc(pieces)
             if first is not None:
                 ttft.observe(first)
@@ -105,6 +110,11 @@ def install(app: Flask, services: Services, backlog: Callable[[], int] | None = 
         return response
 
     @app.get("/metrics")
+    @operation(
+        summary="Prometheus metrics (text exposition format)",
+        tag="operations",
+        media_type=CONTENT_TYPE_LATEST,
+    )
     def metrics() -> Response:
         return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
 

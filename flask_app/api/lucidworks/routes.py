@@ -16,16 +16,28 @@ from flask_app.api.http.disconnect import client_gone_probe
 from flask_app.api.http.errors import NotAnApiError
 from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
 from flask_app.api.http.json_body import json_object
+from flask_app.api.http.openapi import operation
 from flask_app.api.http.sse import event_stream, sse
 from flask_app.api.lucidworks import embedding, errors, models
 from flask_app.api.lucidworks.predict import Surface, predict_rag, rewrite_query
-from flask_app.api.lucidworks.schemas import RagRequest, TextRequest, parse, without_secrets
+from flask_app.api.lucidworks.schemas import (
+    AsyncResult,
+    LucidworksError,
+    Predictions,
+    RagRequest,
+    Submitted,
+    TextRequest,
+    Tokenization,
+    parse,
+    without_secrets,
+)
 from flask_app.inference.llm import LLMOverloaded, LLMTimeout
 from flask_app.rag import RagError
 from flask_app.rag.jobs import ERROR, JobFailed, Jobs, RetryLater
 from flask_app.rag.memory import Conversations
 
 blueprint = Blueprint("lucidworks", __name__, url_prefix="/ai")
+TAG = "lucidworks"
 
 KEY = "edgerag_lucidworks"
 RAG_JOB = "lucidworks-rag"
@@ -57,6 +69,18 @@ def _wants_stream() -> bool:
 
 
 @blueprint.post("/prediction/<use_case>/<model_id>")
+@operation(
+    summary="Predict: rag, standalone-query-rewriter or embedding",
+    description="`rag` answers each batch item from its documents (`Accept: "
+    "text/event-stream` streams `delta` events and one `done`); "
+    "`standalone-query-rewriter` rewrites follow-ups from the memory; "
+    "`embedding` embeds each text.",
+    tag=TAG,
+    body=RagRequest | TextRequest,
+    response=Predictions,
+    streams=True,
+    error=LucidworksError,
+)
 def prediction(use_case: str, model_id: str) -> ResponseReturnValue:
     if use_case == "rag":
         _chat_model(model_id)
@@ -75,6 +99,13 @@ def prediction(use_case: str, model_id: str) -> ResponseReturnValue:
 
 
 @blueprint.post("/tokenization/<model_id>")
+@operation(
+    summary="The embedding model's tokens of each text",
+    tag=TAG,
+    body=TextRequest,
+    response=Tokenization,
+    error=LucidworksError,
+)
 def tokenization(model_id: str) -> ResponseReturnValue:
     _embedding_model(model_id)
     text_request = parse(TextRequest, json_object(request))
@@ -124,6 +155,13 @@ def _stream(rag_request: RagRequest) -> Response:
 
 
 @blueprint.post("/async-prediction/<use_case>/<model_id>")
+@operation(
+    summary="Submit a rag prediction as a job",
+    tag=TAG,
+    body=RagRequest,
+    response=Submitted,
+    error=LucidworksError,
+)
 def async_prediction(use_case: str, model_id: str) -> ResponseReturnValue:
     if use_case != "rag":
         raise errors.NotFound(f"Unknown use case: {use_case}")
@@ -135,6 +173,12 @@ def async_prediction(use_case: str, model_id: str) -> ResponseReturnValue:
 
 
 @blueprint.get("/async-prediction/<prediction_id>")
+@operation(
+    summary="A job's status and, once READY, its predictions",
+    tag=TAG,
+    response=AsyncResult,
+    error=LucidworksError,
+)
 def async_result(prediction_id: str) -> ResponseReturnValue:
     job = _jobs().get(prediction_id)
     if job is None:

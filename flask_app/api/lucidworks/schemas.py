@@ -148,3 +148,73 @@ def without_secrets(body: dict[str, Any]) -> dict[str, Any]:
         return body
     kept = {k: v for k, v in config.items() if k not in SECRET_FIELDS}
     return {**body, "modelConfig": kept}
+
+
+# --- response bodies (the OpenAPI document's schemas; tests validate real responses) ---
+
+
+class LucidworksError(BaseModel):
+    status: int
+    error: str
+    message: str
+
+
+class RagTokens(BaseModel):
+    promptTokens: int
+    completionTokens: int
+    totalTokens: int
+
+
+class RagPrediction(BaseModel):
+    tokensUsed: RagTokens
+    answer: str
+    answerFound: bool
+    sources: list[str]
+    memoryUuid: str
+    response: str
+    answerNotFoundMessage: str | None = None
+
+
+class InputTokens(BaseModel):
+    inputTokens: int
+
+
+class RewrittenQuery(BaseModel):
+    response: str
+    tokensUsed: RagTokens
+
+
+class EmbeddingPrediction(BaseModel):
+    tokensUsed: InputTokens
+    vector: list[float]
+    vectorType: Literal["FLOAT", "INT8", "UINT8"]
+    warning: str | None = None
+
+
+class TokenizationPrediction(BaseModel):
+    tokens: list[str]
+    tokensUsed: InputTokens
+
+
+class Predictions(BaseModel):
+    predictions: list[RagPrediction] | list[RewrittenQuery] | list[EmbeddingPrediction]
+
+
+class Tokenization(BaseModel):
+    predictions: list[TokenizationPrediction]
+
+
+class Submitted(BaseModel):
+    predictionId: str
+    status: Literal["SUBMITTED"]
+
+
+class JobError(BaseModel):
+    message: str
+
+
+class AsyncResult(BaseModel):
+    predictionId: str
+    status: Literal["SUBMITTED", "READY", "RETRIEVED", "ERROR"]
+    predictions: list[RagPrediction] | None = None
+    error: JobError | None = None

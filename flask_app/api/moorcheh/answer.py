@@ -17,10 +17,11 @@ from flask_app import rag
 from flask_app.api.http.disconnect import client_gone_probe
 from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
 from flask_app.api.http.json_body import json_object, validate
+from flask_app.api.http.openapi import operation
 from flask_app.api.http.sse import event_stream, sse
 from flask_app.api.moorcheh import scores
 from flask_app.api.moorcheh.routes import kiosk_floor, parse_vector, top_k_value
-from flask_app.api.moorcheh.schemas import Answer
+from flask_app.api.moorcheh.schemas import Answer, AnswerBody, MoorchehError
 from flask_app.inference.llm import LLM, ChatMessage, LLMError, LLMTimeout, Sampling
 from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
 from flask_app.rag.retrieval import StoredCollection
@@ -112,6 +113,13 @@ def _result(
 
 
 @blueprint.post("/answer")
+@operation(
+    summary="Answer a question from the stored items",
+    tag="moorcheh-edge",
+    body=Answer,
+    response=AnswerBody,
+    error=MoorchehError,
+)
 def answer() -> ResponseReturnValue:
     question, grounding = _prepare()
     llm = services_of(current_app).llm
@@ -122,6 +130,13 @@ def answer() -> ResponseReturnValue:
 
 
 @blueprint.post("/answer/stream")
+@operation(
+    summary="The answer as server-sent events: meta, token…, done (or error)",
+    tag="moorcheh-edge",
+    body=Answer,
+    media_type="text/event-stream",
+    error=MoorchehError,
+)
 def answer_stream() -> ResponseReturnValue:
     question, grounding = _prepare()
     llm = services_of(current_app).llm

@@ -19,15 +19,30 @@ from flask.typing import ResponseReturnValue
 from flask_app import rag, simcore
 from flask_app.api.http.extensions import services_of, settings_of
 from flask_app.api.http.json_body import BadRequest, json_object, validate
+from flask_app.api.http.openapi import operation
 from flask_app.api.http.vectors import VectorError, check_matrix
 from flask_app.api.moorcheh import scores
-from flask_app.api.moorcheh.schemas import DeleteItems, LegacyUpload, Search, Upload, UploadItem
+from flask_app.api.moorcheh.schemas import (
+    Cleared,
+    Deleted,
+    DeleteItems,
+    Export,
+    Health,
+    LegacyUpload,
+    MoorchehError,
+    Search,
+    SearchResults,
+    Upload,
+    Uploaded,
+    UploadItem,
+)
 from flask_app.api.moorcheh.scores import cosine_floor
 from flask_app.inference.embed import EmbeddingError
 from flask_app.services import Services
 from flask_app.store import Collection, CollectionInfo, CollectionUnavailable
 
 blueprint = Blueprint("moorcheh", __name__)
+TAG = "moorcheh-edge"
 Vector = npt.NDArray[np.float32]
 
 MIN_DIM, MAX_DIM = 128, 4096
@@ -48,6 +63,7 @@ def _edge() -> Collection:
 
 
 @blueprint.get("/health")
+@operation(summary="Server, store and model status", tag=TAG, response=Health, error=MoorchehError)
 def health() -> ResponseReturnValue:
     services = _services()
     try:
@@ -163,6 +179,13 @@ def _upload(
 
 
 @blueprint.post("/upload")
+@operation(
+    summary="Upload items (text mode: embedded here; vector mode: with vectors)",
+    tag=TAG,
+    body=Upload | LegacyUpload,
+    response=Uploaded,
+    error=MoorchehError,
+)
 def upload() -> ResponseReturnValue:
     body = json_object(request)
     if "vectors" in body and "items" not in body:
@@ -214,6 +237,13 @@ def kiosk_floor(kiosk_mode: bool, threshold: float | None) -> float | None:
 
 
 @blueprint.post("/search")
+@operation(
+    summary="Top-k items for a query vector or text",
+    tag=TAG,
+    body=Search,
+    response=SearchResults,
+    error=MoorchehError,
+)
 def search() -> ResponseReturnValue:
     started = time.perf_counter()
     parsed = validate(Search, json_object(request))
@@ -239,16 +269,27 @@ def _delete() -> ResponseReturnValue:
 
 
 @blueprint.delete("/items")
+@operation(
+    summary="Delete items by id", tag=TAG, body=DeleteItems, response=Deleted, error=MoorchehError
+)
 def delete_items() -> ResponseReturnValue:
     return _delete()
 
 
 @blueprint.delete("/delete")
+@operation(
+    summary="Delete items by id (0.1.x path)",
+    tag=TAG,
+    body=DeleteItems,
+    response=Deleted,
+    error=MoorchehError,
+)
 def delete_legacy() -> ResponseReturnValue:
     return _delete()
 
 
 @blueprint.delete("/store")
+@operation(summary="Remove every item", tag=TAG, response=Cleared, error=MoorchehError)
 def clear_store() -> ResponseReturnValue:
     store = _services().store
     store.drop(store.EDGE_NAMESPACE, store.EDGE_COLLECTION)
@@ -256,6 +297,17 @@ def clear_store() -> ResponseReturnValue:
 
 
 @blueprint.get("/export")
+@operation(
+    summary="Every item, optionally paged and with vectors",
+    tag=TAG,
+    response=Export,
+    error=MoorchehError,
+    query=(
+        ("limit", "page size 1..10000 (then next_cursor is set)"),
+        ("cursor", "next_cursor of the previous page"),
+        ("include_vectors", "true or false"),
+    ),
+)
 def export() -> ResponseReturnValue:
     args = request.args
     limit: int | None = None

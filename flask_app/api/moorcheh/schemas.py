@@ -67,3 +67,100 @@ class Answer(_Body):
     chat_history: list[HistoryTurn] | None = Field(default=None, max_length=100)
     temperature: Number | None = Field(default=None, ge=0.0, le=2.0)
     metadata: dict[str, MetadataValue] | None = None
+
+
+# --- response bodies (the OpenAPI document's schemas; tests validate real responses) ---
+
+
+class MoorchehError(BaseModel):
+    status: Literal["error", "failure"]
+    message: str
+
+
+class LlmState(BaseModel):
+    id: str
+    n_ctx: int
+    busy: bool
+    waiting: int
+    max_waiting: int
+
+
+class EmbedderState(BaseModel):
+    id: str
+    dimension: int
+    max_tokens: int
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    dimension: int | None
+    store_mode: Literal["text", "vector"] | None
+    embedding_model: str | None
+    items: int
+    max_items: int | None
+    remaining: int | None
+    llm: LlmState | None
+    embedder: EmbedderState | None
+    unavailable: dict[str, str] | None = None
+
+
+class Uploaded(BaseModel):
+    status: Literal["success"]
+    total: int
+
+
+class SearchResult(BaseModel):
+    id: str
+    score: float
+    label: str
+    text: str
+    metadata: dict[str, MetadataValue] | None = None
+
+
+class SearchResults(BaseModel):
+    results: list[SearchResult]
+    execution_time: float
+
+
+class Deleted(BaseModel):
+    status: Literal["success"]
+    deleted: int
+    not_found_ids: list[str]
+
+
+class Cleared(BaseModel):
+    status: Literal["success"]
+    message: str
+
+
+class ExportedItem(BaseModel):
+    id: str
+    text: str | None = None
+    metadata: dict[str, MetadataValue] | None = None
+    vector: list[float] | None = None
+
+
+class Export(BaseModel):
+    status: Literal["ok"]
+    dimension: int | None
+    store_mode: Literal["text", "vector"] | None
+    embedding_model: str | None
+    item_count: int
+    items: list[ExportedItem]
+    next_cursor: str | None = None
+
+
+class AnswerUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class AnswerBody(BaseModel):
+    answer: str
+    query: str
+    model: str
+    context_count: int
+    sources: list[SearchResult]
+    evidence_score: float
+    refusal_probability: float | None
+    usage: AnswerUsage | None = None

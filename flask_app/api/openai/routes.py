@@ -1,4 +1,5 @@
-"""The /v1 routes: thin adapters over the LLM queue and the embedder."""
+"""The /v1 routes: thin adapters over the LLM queue, the answer pipeline
+(grounded chat, `grounding`) and the embedder."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import base64
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -15,15 +17,27 @@ from flask.typing import ResponseReturnValue
 
 from flask_app.api.http import errors as http_errors
 from flask_app.api.http.disconnect import client_gone_probe
-from flask_app.api.http.extensions import services_of, settings_of
+from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
 from flask_app.api.http.json_body import json_object
+from flask_app.api.http.openapi import operation
 from flask_app.api.http.sse import event_stream
 from flask_app.api.openai import errors
-from flask_app.api.openai.schemas import ChatRequest, EmbeddingRequest, parse
-from flask_app.inference.llm import LLM, ChatMessage, LLMError, Sampling
+from flask_app.api.openai.grounding import ground_chat
+from flask_app.api.openai.schemas import (
+    ChatCompletion,
+    ChatRequest,
+    EmbeddingRequest,
+    Embeddings,
+    Models,
+    OpenAIErrorBody,
+    parse,
+)
+from flask_app.inference.llm import LLM, ChatMessage, LLMError, Sampling, TokenStream
 from flask_app.rag import LLMNotConfigured
+from flask_app.rag.answer import AnswerStream, open_answer
 
 blueprint = Blueprint("openai", __name__, url_prefix="/v1")
+TAG = "openai"
 
 
 def _llm() -> LLM:
@@ -34,6 +48,9 @@ def _llm() -> LLM:
 
 
 @blueprint.get("/models")
+@operation(
+    summary="The chat model and the embedder", tag=TAG, response=Models, error=OpenAIErrorBody
+)
 def models() -> ResponseReturnValue:
     services = services_of(current_app)
     ids = [m.model_id for m in (services.llm, services.embedder) if m is not None]
@@ -58,21 +75,38 @@ def _sampling(chat: ChatRequest) -> Sampling:
         temperature=base.temperature if chat.temperature is None else chat.temperature,
         top_p=base.top_p if chat.top_p is None else chat.top_p,
         stop=tuple(stops),
+        seed=chat.seed,
     )
 
 
-def _chunk(cid: str, model: str, created: int, delta: dict[str, Any], finish: str | None) -> bytes:
+def _chunk(
+    cid: str,
+    model: str,
+    created: int,
+    delta: dict[str, Any],
+    finish: str | None,
+    extension: dict[str, Any] | None = None,
+) -> bytes:
     body = {
         "id": cid,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        **(extension or {}),
     }
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
 @blueprint.post("/chat/completions")
+@operation(
+    summary="Chat completion (stream: true for chunks); `rag` grounds it in a collection",
+    tag=TAG,
+    body=ChatRequest,
+    response=ChatCompletion,
+    streams=True,
+    error=OpenAIErrorBody,
+)
 def chat_completions() -> ResponseReturnValue:
     chat = parse(ChatRequest, json_object(request))
     llm = _llm()
@@ -87,14 +121,35 @@ def chat_completions() -> ResponseReturnValue:
             "messages",
             "context_length_exceeded",
         )
-    tokens = llm.stream(
-        messages, max_tokens=limit, sampling=_sampling(chat), abandoned=client_gone_probe()
-    )
+    tokens: TokenStream | AnswerStream
+    sources: list[dict[str, Any]] | None = None  # grounded: the `rag.sources` extension
+    if chat.rag is not None:
+        grounded = ground_chat(chat, chat.rag, _sampling(chat))
+        config = replace(answer_config_of(current_app), max_tokens=limit)
+        tokens = open_answer(
+            llm, grounded.grounding, grounded.question, config, abandoned=client_gone_probe()
+        )
+        prompt = grounded.grounding.prompt
+        prompt_tokens = prompt.prompt_tokens if prompt is not None else 0
+        sources = grounded.sources
+    else:
+        tokens = llm.stream(
+            messages, max_tokens=limit, sampling=_sampling(chat), abandoned=client_gone_probe()
+        )
+
+    def extension() -> dict[str, Any]:
+        if sources is None:
+            return {}
+        refused = isinstance(tokens, AnswerStream) and tokens.refused
+        return {"rag": {"sources": [] if refused else sources, "refused": refused}}
+
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     if not chat.stream:
-        with tokens:
+        try:
             text = "".join(tokens)
+        finally:
+            tokens.close()
         completion = llm.count_tokens(text)
         return jsonify(
             id=cid,
@@ -113,6 +168,7 @@ def chat_completions() -> ResponseReturnValue:
                 "completion_tokens": completion,
                 "total_tokens": prompt_tokens + completion,
             },
+            **extension(),
         )
 
     def frames() -> Iterator[bytes]:
@@ -129,13 +185,16 @@ def chat_completions() -> ResponseReturnValue:
         finally:
             tokens.close()
         finish = "length" if llm.count_tokens("".join(parts)) >= limit else "stop"
-        yield _chunk(cid, llm.model_id, created, {}, finish)
+        yield _chunk(cid, llm.model_id, created, {}, finish, extension())
         yield b"data: [DONE]\n\n"
 
     return event_stream(frames(), tokens.close)
 
 
 @blueprint.post("/embeddings")
+@operation(
+    summary="Embed text", tag=TAG, body=EmbeddingRequest, response=Embeddings, error=OpenAIErrorBody
+)
 def embeddings() -> ResponseReturnValue:
     req = parse(EmbeddingRequest, json_object(request))
     embedder = services_of(current_app).embedder

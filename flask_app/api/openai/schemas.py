@@ -16,6 +16,20 @@ class Message(BaseModel):
     content: str = Field(max_length=200_000)
 
 
+EDGE_STORE = "moorcheh-edge"
+
+
+class RagOptions(BaseModel):
+    """The `rag` extension of a chat request (see `grounding`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    collection: str = Field(
+        description=f'"<namespace>/<collection>" (Engine) or "{EDGE_STORE}" (the flat store)'
+    )
+    top_k: int = Field(default=5, ge=1, le=24)
+    principals: list[str] | None = Field(default=None, min_length=1, max_length=100)
+
+
 class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str
@@ -28,6 +42,7 @@ class ChatRequest(BaseModel):
     seed: int | None = None
     stream: bool = False
     n: int = Field(default=1, ge=1, le=1)
+    rag: RagOptions | None = None  # extension: answer from a collection
 
 
 class EmbeddingRequest(BaseModel):
@@ -48,3 +63,90 @@ def parse(model: type[M], body: dict[str, Any]) -> M:
         err = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in err["loc"]) or None
         raise invalid(f"{where}: {err['msg']}" if where else err["msg"], where) from None
+
+
+# --- response bodies (the OpenAPI document's schemas; tests validate real responses) ---
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIErrorBody(BaseModel):
+    error: OpenAIErrorDetail
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class Models(BaseModel):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str
+
+
+class Choice(BaseModel):
+    index: int
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length"]
+
+
+class ChatUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class RagSource(BaseModel):
+    id: str
+    text: str
+    score: float
+    file_id: str | None = None
+    path: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class RagResult(BaseModel):
+    """The `rag` extension of a grounded completion."""
+
+    sources: list[RagSource]
+    refused: bool
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: ChatUsage
+    rag: RagResult | None = None
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class Embeddings(BaseModel):
+    object: Literal["list"]
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
