@@ -6,6 +6,7 @@ from importlib.metadata import version
 
 from flask import Flask
 
+from flask_app import web
 from flask_app.api.engine import routes as engine
 from flask_app.api.http import admission, auth, errors, extensions, metrics, openapi
 from flask_app.api.http.json_body import OrjsonProvider
@@ -33,8 +34,14 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     engine_state = app.extensions["edgerag_engine"]
     metrics.install(app, extensions.services_of(app), engine_state.catalog.pending_count)
     openapi.install(app, version=version("edgerag"))
+    web.install(app)
     grants = tuple(auth.parse_grant(k) for k in settings.api_key_specs())
     # before admission: strangers learn nothing
-    auth.install(app, grants, open_prefixes=openapi.OPEN_PREFIXES)
+    auth.install(
+        app,
+        grants,
+        open_prefixes=openapi.OPEN_PREFIXES + web.OPEN_PREFIXES,
+        open_paths=web.OPEN_PATHS,
+    )
     admission.install(app)
     return app

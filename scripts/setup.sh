@@ -58,4 +58,13 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$inputs_hash" ]] \
     "${PIP[@]}" install --no-build-isolation -e "$ROOT$EXTRAS"
     echo "$inputs_hash" > "$stamp"
 fi
+# 3. For the browser tests (--dev): Debian's Chromium and its WebDriver, driven by
+#    selenium with explicit paths (selenium never downloads a driver).
+if [[ -n "$EXTRAS" ]] && ! command -v chromedriver >/dev/null; then
+    say "installing chromium and chromium-driver (Debian packages, for the browser tests)"
+    SUDO=""
+    [[ "$(id -u)" -ne 0 ]] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 say "environment ready: $VENV"

@@ -5,6 +5,7 @@ multi-byte text, every file format, ingestion across a restart."""
 from __future__ import annotations
 
 import base64
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -396,6 +397,39 @@ def test_scoped_key_syntax_is_validated(tmp_path: Path) -> None:
     for bad in ("k:", "k:Bad_NS", ":ops"):
         with pytest.raises(SettingsError, match="scoped api key"):
             Settings.load({"data_dir": tmp_path, "api_keys": bad}, {})
+
+
+def _frames(raw: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for block in raw.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        out.append((lines["event"], json.loads(lines["data"])))
+    return out
+
+
+def test_answer_streams_deltas_then_the_body(
+    fixture_f: tuple[Flask, FlaskClient, ScriptedBackend],
+) -> None:
+    _, client, _ = fixture_f
+    body = {"query": "When are deploys frozen?"}
+    plain = ask(client, body).get_json()
+    r = client.post(
+        "/namespaces/ops/collections/runbooks:answer",
+        json=body,
+        headers={"Accept": "text/event-stream"},
+    )
+    assert r.status_code == 200 and r.mimetype == "text/event-stream"
+    frames = _frames(r.get_data(as_text=True))
+    kinds = [kind for kind, _ in frames]
+    assert kinds[-1] == "done" and set(kinds[:-1]) == {"delta"} and len(kinds) > 3
+    # deltas are the model's raw text; `done` is the checked body
+    assert "".join(d["text"] for k, d in frames if k == "delta") == (
+        "Deploys are frozen on Fridays."
+    )
+    done = frames[-1][1]
+    assert done["answer"] == plain["answer"] == "Deploys are frozen on Fridays [[SRC:0001]]."
+    assert done["sources"] == plain["sources"]
+    assert done["request_id"] == r.headers["X-Request-Id"]
 
 
 def test_e17_info(lw_free_client: FlaskClient) -> None:

@@ -4,7 +4,8 @@ pipeline over the caller's visible files, citations by construction."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -12,7 +13,7 @@ from flask.typing import ResponseReturnValue
 
 from flask_app import rag
 from flask_app.api.engine import citations, requests, state
-from flask_app.api.engine.errors import MAX_REQUEST_BYTES, EngineError, invalid
+from flask_app.api.engine.errors import MAX_REQUEST_BYTES, TIMEOUT_MESSAGE, EngineError, invalid
 from flask_app.api.engine.filters import filter_condition
 from flask_app.api.engine.resources import collection_or_404
 from flask_app.api.engine.schemas import (
@@ -28,9 +29,10 @@ from flask_app.api.http.extensions import answer_config_of, services_of
 from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import Operation, operation
 from flask_app.api.http.request_ids import request_id
-from flask_app.inference.llm import ChatMessage
+from flask_app.api.http.sse import event_stream, sse
+from flask_app.inference.llm import ChatMessage, LLMError, LLMTimeout
 from flask_app.rag import evidence, prompts
-from flask_app.rag.answer import Grounding, ground, open_answer
+from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
 from flask_app.rag.retrieval import StoredCollection
 from flask_app.store.catalog import CollectionRecord, FileRecord, chunk_id
 from flask_app.store.file_query import readable_by
@@ -139,9 +141,14 @@ def _source(
             "/namespaces/{ns}/collections/{name}:answer",
             Operation(
                 summary="Answer a question with citations to exact spans of the files",
+                description="With `Accept: text/event-stream`: `delta` events "
+                '(`{"text"}`, the model\'s text as generated, markers unchecked), then one '
+                "`done` event whose data is the JSON body (checked markers, sources), or "
+                "an `error` event with the error envelope.",
                 tag=TAG,
                 body=AnswerRequest,
                 response=AnswerResponse,
+                streams=True,
                 error=EngineErrorBody,
             ),
         ),
@@ -201,52 +208,98 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
     else:
         grounding = Grounding([], [], None, 0.0, None)
     remaining = TIME_LIMIT_S - (time.monotonic() - started)
-    with open_answer(
+    stream = open_answer(
         services.llm,
         grounding,
         question,
         config,
         abandoned=client_gone_probe(),
         timeout=max(0.1, remaining),
-    ) as stream:
-        text = "".join(stream)
-    refused = stream.refused or prompts.is_refusal(text)
-    if refused:
-        text = NOT_FOUND_ANSWER
-    passages = len(grounding.sources)
-
-    def supported() -> list[int]:
-        holding = evidence.supporting(text, ask.query, [p.text for p in grounding.pieces])
-        if holding:
-            return holding[:2]
-        top = grounding.best
-        best = next(
-            (
-                i
-                for i, p in enumerate(grounding.pieces)
-                if top is not None and p.passage == top.passage and p.start <= top.start < p.end
-            ),
-            0,
-        )
-        return [best] if passages else []
-
-    mode = "none" if refused else ask.sources
-    text, cited = citations.finalize(text, passages, mode if passages else "none", supported)
+    )
     by_id = {f.file_id: f for f in files}
-    listed: list[int] = []
-    if ask.sources != "none":
-        listed = list(cited)
-        if ask.sources == "all":
-            listed += [i for i in range(passages) if i not in cited]
-    body = {
-        "request_id": request_id(),
-        "answer": text,
-        "effort": ask.effort,
-        "sources": [_source(i, grounding, by_id, spans, i in cited) for i in listed],
-        "image_description": None,
-        "usage": {"credits": credits},
+    reply = _Reply(request_id(), ask, grounding, by_id, spans, credits)
+    if "text/event-stream" in request.headers.get("Accept", ""):
+        return event_stream(_events(stream, reply), stream.close)
+    with stream:
+        text = "".join(stream)
+    return jsonify(reply.body(text, stream.refused))
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """What the response body is made of once the model's text is known."""
+
+    request_id: str
+    ask: requests.AnswerRequest
+    grounding: Grounding
+    files: dict[str, FileRecord]
+    spans: dict[str, list[tuple[int, int]]]
+    credits: int
+
+    def body(self, text: str, refused: bool) -> dict[str, Any]:
+        ask, grounding = self.ask, self.grounding
+        refused = refused or prompts.is_refusal(text)
+        if refused:
+            text = NOT_FOUND_ANSWER
+        passages = len(grounding.sources)
+
+        def supported() -> list[int]:
+            holding = evidence.supporting(text, ask.query, [p.text for p in grounding.pieces])
+            if holding:
+                return holding[:2]
+            top = grounding.best
+            best = next(
+                (
+                    i
+                    for i, p in enumerate(grounding.pieces)
+                    if top is not None and p.passage == top.passage and p.start <= top.start < p.end
+                ),
+                0,
+            )
+            return [best] if passages else []
+
+        mode = "none" if refused else ask.sources
+        text, cited = citations.finalize(text, passages, mode if passages else "none", supported)
+        listed: list[int] = []
+        if ask.sources != "none":
+            listed = list(cited)
+            if ask.sources == "all":
+                listed += [i for i in range(passages) if i not in cited]
+        return {
+            "request_id": self.request_id,
+            "answer": text,
+            "effort": ask.effort,
+            "sources": [_source(i, grounding, self.files, self.spans, i in cited) for i in listed],
+            "image_description": None,
+            "usage": {"credits": self.credits},
+        }
+
+
+def _events(stream: AnswerStream, reply: _Reply) -> Iterator[bytes]:
+    """`delta` events with the model's text as it comes (markers unchecked),
+    then `done` with the response body (checked markers, sources), or `error`
+    with the error envelope."""
+    parts: list[str] = []
+    try:
+        for delta in stream:
+            parts.append(delta)
+            yield sse("delta", {"text": delta})
+    except LLMTimeout:
+        yield sse("error", _envelope(reply, "temporarily_unavailable", TIMEOUT_MESSAGE))
+        return
+    except LLMError:
+        yield sse("error", _envelope(reply, "internal", "Internal error."))
+        return
+    finally:
+        stream.close()
+    yield sse("done", reply.body("".join(parts), stream.refused))
+
+
+def _envelope(reply: _Reply, code: str, message: str) -> dict[str, Any]:
+    return {
+        "request_id": reply.request_id,
+        "error": {"code": code, "message": message, "retryable": True, "details": {}},
     }
-    return jsonify(body)
 
 
 def read_spans(ns: str, name: str) -> ResponseReturnValue:

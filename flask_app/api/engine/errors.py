@@ -21,6 +21,7 @@ from flask_app.store import CollectionUnavailable
 _log = logging.getLogger("edgerag")
 
 MAX_REQUEST_BYTES = 6_291_456
+TIMEOUT_MESSAGE = "The request did not complete within 45 seconds."
 
 
 class EngineError(Exception):
@@ -90,7 +91,7 @@ def _as_engine(exc: Exception) -> EngineError:
         return EngineError(
             503,
             "temporarily_unavailable",
-            "The request did not complete within 45 seconds.",
+            TIMEOUT_MESSAGE,
             retryable=True,
         )
     if isinstance(exc, (LLMOverloaded, EmbedderBusy, LLMFailed, CollectionUnavailable)):

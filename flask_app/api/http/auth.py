@@ -1,5 +1,5 @@
-"""API keys: with keys configured, every route but /health, /info and the web
-page's static files needs `Authorization: Bearer <key>`. Keys are compared in
+"""API keys: with keys configured, every route but /health, /info, the API
+documents and the web page's static files needs `Authorization: Bearer <key>`. Keys are compared in
 constant time and never logged; a refusal is a 401 that each surface renders
 in its own error shape.
 
@@ -77,13 +77,19 @@ def require_namespace(ns: str) -> None:
         raise NamespaceForbidden()
 
 
-def install(app: Flask, grants: tuple[Grant, ...], open_prefixes: tuple[str, ...] = ()) -> None:
+def install(
+    app: Flask,
+    grants: tuple[Grant, ...],
+    open_prefixes: tuple[str, ...] = (),
+    open_paths: tuple[str, ...] = (),
+) -> None:
     if not grants:
         return
+    always_open = OPEN_PATHS | frozenset(open_paths)
 
     @app.before_request
     def require_key() -> None:
-        if request.method == "OPTIONS" or request.path in OPEN_PATHS:
+        if request.method == "OPTIONS" or request.path in always_open:
             return
         if open_prefixes and request.path.startswith(open_prefixes):
             return

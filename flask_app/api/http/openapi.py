@@ -20,7 +20,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 ATTRIBUTE = "__edgerag_operation__"
 REF = "#/components/schemas/{model}"
 # static files (the web page, the docs page's assets) are not API routes
-UNDOCUMENTED_ENDPOINTS = frozenset({"static", "docs_page.show"})
+UNDOCUMENTED_ENDPOINTS = frozenset({"static", "docs_page.show", "web.static"})
 # open without an API key, like /health: they describe routes, not data
 OPEN_PREFIXES = ("/openapi.json", "/docs")
 

@@ -1,0 +1,354 @@
+// edgerag's page: collections, uploads with progress, a streamed answer whose
+// citation markers open the cited span. Plain JS against the HTTP API.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const MARKER = /\[\[(SRC:\d{4})\]\]/g;
+const PARTIAL_MARKER = /\[\[?[^\]]*\]?\]?$/; // a marker still being generated
+const TYPES = {
+  txt: "text/plain", md: "text/markdown", markdown: "text/markdown", html: "text/html",
+  htm: "text/html", csv: "text/csv", json: "application/json", pdf: "application/pdf",
+};
+const state = { sources: [], polling: new Map() };
+
+function say(text, isError = false) {
+  const box = $("message");
+  box.textContent = text;
+  box.className = isError ? "error" : "";
+}
+
+function headers(extra = {}) {
+  const key = localStorage.getItem("edgerag-key") || "";
+  return key ? { ...extra, Authorization: `Bearer ${key}` } : extra;
+}
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+// The message of any surface's error body.
+function errorText(status, body) {
+  const message = body?.error?.message || body?.message || body?.error || `HTTP ${status}`;
+  return status === 401 ? `${message} (enter the API key above)` : message;
+}
+
+async function api(method, path, body) {
+  const init = { method, headers: headers(body ? { "Content-Type": "application/json" } : {}) };
+  if (body) init.body = JSON.stringify(body);
+  const response = await fetch(path, init);
+  const data = response.status === 204 ? null : await response.json().catch(() => null);
+  if (!response.ok) throw new ApiError(response.status, errorText(response.status, data));
+  return data;
+}
+
+const ns = () => $("namespace").value.trim();
+const collection = () => $("collection").value;
+const base = () => `/namespaces/${encodeURIComponent(ns())}/collections/${encodeURIComponent(collection())}`;
+
+async function loadHealth() {
+  try {
+    const health = await (await fetch("/health")).json();
+    $("health-status").textContent = health.status;
+    $("health-status").className = `badge ${health.status}`;
+    $("health-llm").textContent = health.llm ? health.llm.id : "none";
+    $("health-embedder").textContent = health.embedder ? health.embedder.id : "none";
+    $("health-queue").textContent = health.llm
+      ? `${health.llm.busy ? "generating" : "idle"}, ${health.llm.waiting} waiting` : "";
+  } catch (err) {
+    $("health-status").textContent = "unreachable";
+    $("health-status").className = "badge degraded";
+  }
+}
+
+async function loadCollections(select) {
+  const list = $("collection");
+  let names = [];
+  try {
+    names = (await api("GET", `/namespaces/${encodeURIComponent(ns())}/collections`)).collections
+      .map((c) => c.name);
+  } catch (err) {
+    if (err.status !== 404) return say(err.message, true); // 404: the namespace is new
+  }
+  list.replaceChildren(...names.map((name) => new Option(name, name)));
+  if (select && names.includes(select)) list.value = select;
+  if (names.length) await loadFiles();
+  else $("files").tBodies[0].replaceChildren();
+}
+
+async function createCollection() {
+  const name = $("new-collection").value.trim();
+  if (!name) return say("Name the new collection first.", true);
+  try {
+    await api("PUT", `/namespaces/${encodeURIComponent(ns())}`);
+    await api("PUT", `/namespaces/${encodeURIComponent(ns())}/collections/${encodeURIComponent(name)}`,
+      { access_control: $("new-access").value });
+    say(`Collection ${ns()}/${name} is ready for documents.`);
+    await loadCollections(name);
+  } catch (err) {
+    say(err.message, true);
+  }
+}
+
+function fileRow(file) {
+  let row = document.querySelector(`tr[data-file="${file.file_id}"]`);
+  if (!row) {
+    row = document.createElement("tr");
+    row.dataset.file = file.file_id;
+    row.innerHTML = "<td class=path></td><td class=status></td><td><progress max=1 value=0></progress></td>";
+    $("files").tBodies[0].prepend(row);
+  }
+  row.querySelector(".path").textContent = file.path;
+  const status = row.querySelector(".status");
+  status.textContent = file.status === "failed" ? `failed: ${file.error?.message || ""}` : file.status;
+  status.className = `status ${file.status}`;
+  const bar = row.querySelector("progress");
+  if (file.progress && file.progress.chunks_total) {
+    bar.max = file.progress.chunks_total;
+    bar.value = file.progress.chunks_done;
+  } else if (file.status !== "processing") {
+    bar.max = 1;
+    bar.value = 1;
+  }
+  return row;
+}
+
+async function loadFiles() {
+  if (!collection()) return;
+  try {
+    const { files } = await api("GET", `${base()}/files?page_size=100`);
+    $("files").tBodies[0].replaceChildren();
+    for (const file of files.reverse()) {
+      fileRow(file);
+      if (file.status === "processing") watch(file.file_id);
+    }
+  } catch (err) {
+    say(err.message, true);
+  }
+}
+
+// Poll a processing file until it is ready or failed.
+function watch(fileId) {
+  if (state.polling.has(fileId)) return;
+  const url = `${base()}/files/${fileId}`;
+  const timer = setInterval(async () => {
+    try {
+      const file = await api("GET", url);
+      fileRow(file);
+      if (file.status !== "processing") {
+        clearInterval(timer);
+        state.polling.delete(fileId);
+        say(file.status === "ready" ? `${file.path} is ready.` : `${file.path} failed.`,
+          file.status !== "ready");
+      }
+    } catch (err) {
+      clearInterval(timer);
+      state.polling.delete(fileId);
+      say(err.message, true);
+    }
+  }, 300);
+  state.polling.set(fileId, timer);
+}
+
+async function send(body) {
+  const file = await api("POST", `${base()}/files`, body);
+  fileRow(file);
+  watch(file.file_id);
+}
+
+function base64Of(buffer) {
+  const bytes = new Uint8Array(buffer);
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(binary);
+}
+
+async function uploadFiles() {
+  if (!collection()) return say("Create or pick a collection first.", true);
+  const files = [...$("file-input").files];
+  if (!files.length) return say("Choose files to upload.", true);
+  for (const file of files) {
+    const type = TYPES[file.name.split(".").pop().toLowerCase()];
+    if (!type) {
+      say(`${file.name}: unsupported type (txt, md, html, csv, json, pdf).`, true);
+      continue;
+    }
+    const body = { path: file.name, content_type: type };
+    if (type === "application/pdf") body.data = base64Of(await file.arrayBuffer());
+    else body.text = await file.text();
+    try {
+      await send(body);
+      say(`${file.name} uploaded; indexing…`);
+    } catch (err) {
+      say(`${file.name}: ${err.message}`, true);
+    }
+  }
+  $("file-input").value = "";
+}
+
+async function pasteText() {
+  if (!collection()) return say("Create or pick a collection first.", true);
+  const path = $("paste-path").value.trim();
+  const text = $("paste-text").value;
+  if (!path || !text.trim()) return say("Give the text a path and some content.", true);
+  const type = path.endsWith(".md") || path.endsWith(".markdown") ? "text/markdown" : "text/plain";
+  try {
+    await send({ path, content_type: type, text });
+    say(`${path} added; indexing…`);
+    $("paste-text").value = "";
+  } catch (err) {
+    say(err.message, true);
+  }
+}
+
+// The answer with its checked markers as buttons that open the cited span.
+function renderAnswer(text) {
+  const box = $("answer");
+  box.replaceChildren();
+  let last = 0;
+  for (const match of text.matchAll(MARKER)) {
+    box.append(text.slice(last, match.index));
+    const source = state.sources.findIndex((s) => s.ref === match[1]);
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "cite";
+    button.dataset.ref = match[1];
+    button.textContent = `[${source + 1}]`;
+    button.title = state.sources[source]?.path || match[1];
+    button.addEventListener("click", () => showSpan(match[1]));
+    box.append(button);
+    last = match.index + match[0].length;
+  }
+  box.append(text.slice(last));
+}
+
+function renderSources() {
+  $("sources").replaceChildren(...state.sources.map((s) => {
+    const item = document.createElement("li");
+    const link = document.createElement("a");
+    link.href = "#";
+    link.textContent = `${s.path} (${s.span.start}–${s.span.end})`;
+    link.addEventListener("click", (event) => { event.preventDefault(); showSpan(s.ref); });
+    item.append(link, s.cited ? " cited" : "");
+    item.className = s.cited ? "cited" : "";
+    return item;
+  }));
+}
+
+async function showSpan(ref) {
+  const source = state.sources.find((s) => s.ref === ref);
+  if (!source) return;
+  const principals = principalsOf();
+  try {
+    const { spans } = await api("POST", `${base()}:readSpans`, {
+      spans: [source.span], context_chars: 300, ...(principals ? { principals } : {}),
+    });
+    const span = spans[0];
+    $("span-path").textContent = `${span.path} · characters ${span.start}–${span.end}`;
+    const mark = document.createElement("mark");
+    mark.textContent = span.text;
+    $("span-text").replaceChildren(span.context_before, mark, span.context_after);
+    $("span").hidden = false;
+    mark.scrollIntoView({ block: "nearest" });
+  } catch (err) {
+    say(err.message, true);
+  }
+}
+
+function principalsOf() {
+  const list = $("principals").value.split(/[\s,]+/).filter(Boolean);
+  return list.length ? list : null;
+}
+
+// Server-sent events of the :answer stream: delta…, then done (or error).
+async function* events(response) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const frame = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const event = /^event: (.*)$/m.exec(frame)?.[1];
+      const data = /^data: (.*)$/m.exec(frame)?.[1];
+      if (event && data) yield [event, JSON.parse(data)];
+    }
+  }
+}
+
+async function ask() {
+  const query = $("question").value.trim();
+  if (!collection()) return say("Create or pick a collection first.", true);
+  if (!query) return say("Type a question.", true);
+  const body = { query, effort: $("effort").value };
+  const principals = principalsOf();
+  if (principals) body.principals = principals;
+  $("ask").disabled = true;
+  $("answer").textContent = "";
+  $("answer").classList.add("streaming");
+  $("sources").replaceChildren();
+  $("span").hidden = true;
+  state.sources = [];
+  say("Thinking…");
+  try {
+    const response = await fetch(`${base()}:answer`, {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+      body: JSON.stringify(body),
+    });
+    if (!response.ok) {
+      const data = await response.json().catch(() => null);
+      throw new ApiError(response.status, errorText(response.status, data));
+    }
+    let text = "";
+    for await (const [event, data] of events(response)) {
+      if (event === "delta") {
+        text += data.text;
+        $("answer").textContent = text.replace(MARKER, "").replace(PARTIAL_MARKER, "");
+      } else if (event === "done") {
+        state.sources = data.sources;
+        renderAnswer(data.answer);
+        renderSources();
+        say(data.sources.some((s) => s.cited) ? "Click a marker to see the cited text." : "");
+      } else if (event === "error") {
+        throw new ApiError(0, errorText(0, data));
+      }
+    }
+  } catch (err) {
+    say(err.message, true);
+  } finally {
+    $("ask").disabled = false;
+    $("answer").classList.remove("streaming");
+  }
+}
+
+function init() {
+  const key = $("api-key");
+  key.value = localStorage.getItem("edgerag-key") || "";
+  key.addEventListener("change", () => {
+    localStorage.setItem("edgerag-key", key.value.trim());
+    loadCollections();
+  });
+  $("namespace").addEventListener("change", () => loadCollections());
+  $("collection").addEventListener("change", loadFiles);
+  $("refresh").addEventListener("click", () => loadCollections(collection()));
+  $("create").addEventListener("click", createCollection);
+  $("upload").addEventListener("click", uploadFiles);
+  $("paste-upload").addEventListener("click", pasteText);
+  $("ask").addEventListener("click", ask);
+  $("question").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); ask(); }
+  });
+  loadHealth();
+  setInterval(loadHealth, 5000);
+  loadCollections();
+}
+
+document.addEventListener("DOMContentLoaded", init);

@@ -1,0 +1,149 @@
+"""The web page in a real headless browser (Debian's chromium and
+chromium-driver, driven by selenium with explicit paths): with an API key,
+create a collection, upload a file and paste text with progress, ask, watch
+the answer stream in, click a citation and read the cited span.
+
+EDGERAG_SCREENSHOT=path.png saves a screenshot of the final page (README).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.wait import WebDriverWait
+
+from flask_app.app import create_app
+from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
+from flask_app.inference.llm import LLM
+from flask_app.services import Services
+from flask_app.settings import Settings
+from flask_app.store import Store
+from tests.http_client import serve_in_thread
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+DEPLOY = (
+    "# Deploys\n\nDeploys are frozen on Fridays. Hotfixes need approval from the SRE on call.\n"
+)
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    for program in (CHROMIUM, CHROMEDRIVER):
+        assert shutil.which(program), f"{program} missing: scripts/setup.sh --dev installs it"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    options.add_argument("--window-size=1100,1500")
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, ScriptedBackend]]:
+    settings = Settings.load({"data_dir": tmp_path / "data", "api_keys": "ui-key"}, {})
+    backend = ScriptedBackend("Deploys are frozen on Fridays, and hotfixes need SRE approval.")
+    backend.token_delay = 0.05  # slow enough to see the answer arrive piece by piece
+    app = create_app(
+        settings, Services(Store(settings.data_dir), LLM(backend, timeout=30), HashEmbedder())
+    )
+    with serve_in_thread(app, threads=8) as base:
+        yield base, backend
+
+
+def test_upload_ask_stream_and_open_a_citation(
+    browser: WebDriver, server: tuple[str, ScriptedBackend], tmp_path: Path
+) -> None:
+    base, backend = server
+    wait = WebDriverWait(browser, 20)
+    browser.get(base + "/")
+    wait.until(ec.text_to_be_present_in_element((By.ID, "health-status"), "ok"))
+    assert browser.find_element(By.ID, "health-llm").text == "scripted-fake"
+
+    # without the key the API refuses, and the page says so
+    browser.find_element(By.ID, "new-collection").send_keys("runbooks")
+    browser.find_element(By.ID, "create").click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "message"), "API key"))
+
+    key = browser.find_element(By.ID, "api-key")
+    key.send_keys("ui-key")
+    browser.execute_script("arguments[0].dispatchEvent(new Event('change'))", key)
+    browser.find_element(By.ID, "create").click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "message"), "ready for documents"))
+    assert Select(browser.find_element(By.ID, "collection")).first_selected_option.text == (
+        "runbooks"
+    )
+
+    # a file through the file input, and pasted text; each reaches "ready"
+    doc = tmp_path / "deploy.md"
+    doc.write_text(DEPLOY)
+    browser.find_element(By.ID, "file-input").send_keys(str(doc))
+    browser.find_element(By.ID, "upload").click()
+    browser.find_element(By.CSS_SELECTOR, "#paste summary").click()
+    path = browser.find_element(By.ID, "paste-path")
+    path.clear()
+    path.send_keys("oncall.md")
+    browser.find_element(By.ID, "paste-text").send_keys("The on-call rota changes on Mondays.")
+    browser.find_element(By.ID, "paste-upload").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#files td.status.ready")) == 2)
+    rows = browser.find_elements(By.CSS_SELECTOR, "#files tbody tr")
+    assert sorted(r.find_element(By.CSS_SELECTOR, ".path").text for r in rows) == [
+        "deploy.md",
+        "oncall.md",
+    ]
+    for bar in browser.find_elements(By.CSS_SELECTOR, "#files progress"):
+        assert bar.get_attribute("value") == bar.get_attribute("max")
+
+    # count how often the answer box changes while the answer streams in
+    browser.execute_script(
+        "window.answerUpdates = 0;"
+        "new MutationObserver(() => window.answerUpdates++)"
+        ".observe(document.getElementById('answer'), {childList: true, subtree: true,"
+        " characterData: true});"
+    )
+    browser.find_element(By.ID, "question").send_keys("When are deploys frozen?")
+    browser.find_element(By.ID, "ask").click()
+    cite = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#answer button.cite")))
+    answer = browser.find_element(By.ID, "answer").text
+    assert answer.startswith("Deploys are frozen on Fridays, and hotfixes need SRE approval")
+    assert "[[SRC" not in answer and cite.text == "[1]"
+    assert browser.execute_script("return window.answerUpdates") > 5  # piece by piece
+    assert "When are deploys frozen?" in backend.prompts[-1]
+
+    cite.click()
+    wait.until(ec.visibility_of_element_located((By.ID, "span")))
+    marked = browser.find_element(By.CSS_SELECTOR, "#span-text mark").text
+    assert "Deploys are frozen on Fridays." in marked
+    assert browser.find_element(By.ID, "span-path").text.startswith("deploy.md")
+    sources = browser.find_elements(By.CSS_SELECTOR, "#sources li")
+    assert sources and "deploy.md" in sources[0].text
+
+    shot = os.environ.get("EDGERAG_SCREENSHOT")
+    if shot:
+        browser.execute_script("window.scrollTo(0, 0)")
+        browser.save_screenshot(shot)
+
+
+def test_the_page_and_its_files_need_no_key(server: tuple[str, ScriptedBackend]) -> None:
+    import requests
+
+    base, _ = server
+    page = requests.get(base + "/", timeout=10)
+    assert page.status_code == 200 and "edgerag" in page.text
+    for asset in ("/ui/app.js", "/ui/style.css"):
+        assert requests.get(base + asset, timeout=10).status_code == 200
+    assert requests.get(base + "/namespaces/x/collections", timeout=10).status_code == 401
