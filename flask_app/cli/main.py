@@ -14,8 +14,9 @@ from typing import Any
 from flask_app.cli import client_commands as cli_client
 from flask_app.settings import Settings, SettingsError
 
-# Options that `pull` also understands (the rest only matter to `serve`).
+# Options that `pull` and `doctor` also understand (the rest only matter to `serve`).
 _PULL_OPTIONS = {"model_dir", "cache_dir"}
+_DOCTOR_OPTIONS = {"model_dir", "cache_dir", "data_dir", "model", "embed_model", "quant"}
 
 
 def flag_of(name: str) -> str:
@@ -74,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
         "sha256. A no-op when everything is present and valid.",
     )
     _add_settings(pull, _PULL_OPTIONS)
+    doctor = sub.add_parser(
+        "doctor",
+        help="check that this installation can serve (and how to fix it when not)",
+        description="Check llama-cpp-python's build (AMX on a machine without it dies "
+        "with SIGILL), simcore, the data directory and the model files, then load and "
+        "run both models once in a child process. Exit status 1 on any problem.",
+    )
+    _add_settings(doctor, _DOCTOR_OPTIONS)
     cli_client.add_commands(sub)
     return parser
 
@@ -174,6 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     if args.command == "pull":
         return cmd_pull(settings)
+    if args.command == "doctor":
+        from flask_app.cli import doctor
+
+        return doctor.run(settings)
     return cmd_serve(settings, log_level)
 
 
