@@ -80,4 +80,5 @@ def test_metrics_count_requests_and_generations(client: FlaskClient) -> None:
         if line.startswith("edgerag_llm_prompt_tokens_total ")
     )
     assert prompt_tokens > 10  # the /answer prompt: system rules, passage, question
+    assert "edgerag_llm_queue_wait_seconds_count 1.0" in text
     assert "edgerag_ingestion_backlog 0.0" in text

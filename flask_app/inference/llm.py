@@ -288,6 +288,7 @@ class TokenStream:
         self._deltas = 0
         self.observer: Observer | None = None
         self.prompt_tokens = 0  # told to the observer
+        self.waited = 0.0  # seconds queued for the model, told to the observer
         self._open = True
         self._cancelled = threading.Event()
         self.cancelled_because_client_left = False
@@ -346,7 +347,7 @@ class TokenStream:
             self._gate.release(held)
             if self.observer is not None:
                 ttft = None if self._first is None else self._first - self._started
-                self.observer(self.prompt_tokens, ttft, self._deltas, held)
+                self.observer(self.prompt_tokens, self.waited, ttft, self._deltas, held)
 
     def __enter__(self) -> TokenStream:
         return self
@@ -355,9 +356,10 @@ class TokenStream:
         self.close()
 
 
-# Told about every finished generation: (prompt tokens, seconds to the first
-# delta or None, deltas generated, seconds the model was held). Metrics use it.
-Observer = Callable[[int, float | None, int, float], None]
+# Told about every finished generation: (prompt tokens, seconds queued for the
+# model, seconds to the first delta or None, deltas generated, seconds the
+# model was held). Metrics use it.
+Observer = Callable[[int, float, float | None, int, float], None]
 
 
 class LLM:
@@ -404,7 +406,9 @@ class LLM:
         """
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         prompt = self.backend.render(messages)
+        queued = time.monotonic()
         self.gate.acquire(deadline, abandoned)
+        waited = time.monotonic() - queued
         try:
             tokens = self.backend.generate(
                 prompt, max_tokens=max_tokens, sampling=sampling, probe=probe
@@ -416,6 +420,7 @@ class LLM:
         if self.observer is not None:
             stream.observer = self.observer
             stream.prompt_tokens = self.backend.count_tokens(prompt)
+            stream.waited = waited
         return stream
 
     def chat(

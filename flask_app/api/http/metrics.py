@@ -69,8 +69,18 @@ def install(app: Flask, services: Services, backlog: Callable[[], int] | None = 
             "edgerag_llm_prompt_tokens", "prompt tokens of generations", registry=registry
         )
 
-        def observe(prompt_tokens: int, first: float | None, pieces: int, held: float) -> None:
+        queue_wait = Histogram(
+            "edgerag_llm_queue_wait_seconds",
+            "time a generation waited for the model",
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120),
+            registry=registry,
+        )
+
+        def observe(
+            prompt_tokens: int, waited: float, first: float | None, pieces: int, held: float
+        ) -> None:
             prompt.inc(prompt_tokens)
+            queue_wait.observe(waited)
             completion.inc(pieces)
             if first is not None:
                 ttft.observe(first)
