@@ -32,7 +32,8 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     engine.install(app)
     openai.install(app)
     engine_state = app.extensions["edgerag_engine"]
-    metrics.install(app, extensions.services_of(app), engine_state.catalog.pending_count)
+    catalog = engine_state.catalog
+    metrics.install(app, extensions.services_of(app), catalog.pending_count, catalog.counts)
     openapi.install(app, version=version("edgerag"))
     web.install(app)
     grants = tuple(auth.parse_grant(k) for k in settings.api_key_specs())

@@ -487,6 +487,13 @@ class Catalog:
             )
         ]
 
+    def counts(self) -> tuple[int, int]:
+        """(collections, files) in the catalog."""
+        db = self._db()
+        (collections,) = db.execute("SELECT count(*) FROM collections").fetchone()
+        (files,) = db.execute("SELECT count(*) FROM files").fetchone()
+        return int(collections), int(files)
+
     def pending_count(self) -> int:
         (n,) = (
             self._db()

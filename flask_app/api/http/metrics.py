@@ -32,7 +32,12 @@ _log = logging.getLogger("edgerag.requests")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
-def install(app: Flask, services: Services, backlog: Callable[[], int] | None = None) -> None:
+def install(
+    app: Flask,
+    services: Services,
+    backlog: Callable[[], int] | None = None,
+    catalog_counts: Callable[[], tuple[int, int]] | None = None,
+) -> None:
     registry = CollectorRegistry()
     requests_total = Counter(
         "edgerag_http_requests", "HTTP requests", ["route", "method", "status"], registry=registry
@@ -91,6 +96,13 @@ def install(app: Flask, services: Services, backlog: Callable[[], int] | None = 
     Gauge(
         "edgerag_store_items", "items in the moorcheh-edge store", registry=registry
     ).set_function(lambda: _stored_items(services))
+    if catalog_counts is not None:
+        Gauge("edgerag_collections", "Engine collections", registry=registry).set_function(
+            lambda: catalog_counts()[0]
+        )
+        Gauge("edgerag_files", "files in Engine collections", registry=registry).set_function(
+            lambda: catalog_counts()[1]
+        )
     if backlog is not None:
         Gauge(
             "edgerag_ingestion_backlog", "files accepted and not yet ingested", registry=registry
