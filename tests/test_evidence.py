@@ -8,6 +8,7 @@ from pathlib import Path
 
 from flask_app.inference.fakes import HashEmbedder
 from flask_app.rag import evidence, retrieval
+from flask_app.rag import text as text_units
 from flask_app.rag.answer import restates
 from flask_app.rag.text import STOPWORDS, stem, term_set, terms, units
 from flask_app.store import Collection
@@ -58,6 +59,42 @@ def test_evidence_selection_picks_the_unit_that_answers_with_its_span() -> None:
     assert PDB[sel.best.start : sel.best.end] == sel.best.text
     assert sel.best_score > 0.4  # the default answer_min_evidence
     assert [p.passage for p in sel.pieces] == [1]
+
+
+def test_a_citation_points_at_the_sentence_holding_the_answer() -> None:
+    text = (
+        "## Freeze windows\n\nDeploys are frozen on Fridays and during the last week of "
+        "December. Hotfixes during a freeze need approval from the\nSRE on call."
+    )
+    question = "When are deploys frozen?"
+    (piece,) = evidence.select(question, [text]).pieces
+    assert piece.text == text  # the model sees the whole paragraph
+
+    def cited(answer: str) -> str:
+        start, end = evidence.cited_sentence(answer, question, text, piece)
+        return text[start:end]
+
+    want = "Deploys are frozen on Fridays and during the last week of December."
+    assert cited("On Fridays and in the last week of December.") == want
+    assert cited("They need approval from the SRE on call.") == (
+        "Hotfixes during a freeze need approval from the\nSRE on call."
+    )
+    # an answer drawing on both sentences cites both
+    assert cited("On Fridays; hotfixes need the SRE on call.") == text[text.index("Deploys") :]
+    # nothing of the answer in any sentence: the piece's best unit
+    assert cited("Deploys are frozen.") == text[piece.focus_start : piece.focus_end]
+
+
+def test_sentences_index_the_text_exactly() -> None:
+    text = "Intro line\n\nFirst one. Second one? 3 is a number!\nsame sentence.  "
+    got = text_units.sentences(text, 0, len(text))
+    assert [u.text for u in got] == [
+        "Intro line",
+        "First one.",
+        "Second one?",
+        "3 is a number!\nsame sentence.",
+    ]
+    assert all(text[u.start : u.end] == u.text for u in got)
 
 
 def test_no_overlap_means_no_evidence() -> None:

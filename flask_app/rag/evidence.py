@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flask_app.rag.text import Unit, term_set, terms, units
+from flask_app.rag.text import sentences as text_sentences
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,34 @@ def supporting(answer: str, question: str, passages: Sequence[str]) -> list[int]
     overlap = [len(said & term_set(p)) for p in passages]
     best = max(overlap, default=0)
     return [i for i, n in enumerate(overlap) if n == best] if best else []
+
+
+def cited_sentence(answer: str, question: str, passage: str, piece: Evidence) -> tuple[int, int]:
+    """Where a citation of `piece` for `answer` points (passage offsets): the
+    fewest consecutive sentences of the piece that hold every content word of
+    the answer (beyond the question's) that the piece holds at all; of
+    equals, the one sharing most of the question. The piece's best unit when
+    the piece holds none of the answer's words."""
+    said = set(terms(answer)) - set(terms(question))
+    asked = set(terms(question))
+    found = text_sentences(passage, piece.start, piece.end)
+    words = [term_set(s.text) for s in found]
+    target = said & set().union(*words)
+    if not target:
+        return piece.focus_start, piece.focus_end
+    best: tuple[int, int, int] | None = None  # (length, -question overlap, start index)
+    for i in range(len(found)):
+        held: set[str] = set()
+        for j in range(i, len(found)):
+            held |= words[j]
+            if target <= held:
+                key = (j - i, -len(asked & held), i)
+                if best is None or key < best:
+                    best = key
+                break
+    assert best is not None  # the whole piece holds the target
+    first = best[2]
+    return found[first].start, found[first + best[0]].end
 
 
 def select(question: str, passages: Sequence[str], scoring: Scoring = Scoring()) -> Selection:

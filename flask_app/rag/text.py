@@ -114,6 +114,17 @@ def units(passage: str, max_chars: int = 300) -> list[Unit]:
     return out
 
 
+def sentences(passage: str, lo: int, hi: int) -> list[Unit]:
+    """The sentences of `passage[lo:hi]` (paragraphs split at sentence ends),
+    with offsets into `passage`."""
+    out = []
+    for paragraph in _PARAGRAPH.finditer(passage[lo:hi]):
+        start, end = lo + paragraph.start(), lo + paragraph.end()
+        cuts = [start, *(start + m.end() for m in _SENTENCE_END.finditer(paragraph.group())), end]
+        out += [_unit(passage, a, b) for a, b in itertools.pairwise(cuts) if passage[a:b].strip()]
+    return out
+
+
 def _unit(passage: str, lo: int, hi: int) -> Unit:
     piece = passage[lo:hi]
     left = lo + len(piece) - len(piece.lstrip())

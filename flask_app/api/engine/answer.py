@@ -111,24 +111,30 @@ def _source(
     grounding: Grounding,
     files: dict[str, FileRecord],
     spans: dict[str, list[tuple[int, int]]],
-    cited: bool,
+    cited_by: str | None,
+    question: str,
 ) -> dict[str, Any]:
+    """A source; when cited (`cited_by` is the answer), its span is the
+    sentence of the piece that holds the answer's words."""
     hit, piece = grounding.sources[position], grounding.pieces[position]
     file_id, n = hit.id.rsplit("#", 1)
     chunk_start = spans[file_id][int(n)][0]
     record = files[file_id]
+    start, end = piece.focus_start, piece.focus_end
+    if cited_by is not None:
+        start, end = evidence.cited_sentence(cited_by, question, hit.text, piece)
     return {
         "ref": citations.ref(position),
         "span": {
             "file_id": file_id,
             "unit": "chars",
-            "start": chunk_start + piece.focus_start,
-            "end": chunk_start + piece.focus_end,
+            "start": chunk_start + start,
+            "end": chunk_start + end,
         },
         "path": record.path,
         "content_type": record.content_type,
         "score": round(min(1.0, max(0.0, hit.score)), 4),
-        "cited": cited,
+        "cited": cited_by is not None,
     }
 
 
@@ -260,6 +266,7 @@ class _Reply:
 
         mode = "none" if refused else ask.sources
         text, cited = citations.finalize(text, passages, mode if passages else "none", supported)
+        said = citations.without_markers(text)
         listed: list[int] = []
         if ask.sources != "none":
             listed = list(cited)
@@ -269,7 +276,12 @@ class _Reply:
             "request_id": self.request_id,
             "answer": text,
             "effort": ask.effort,
-            "sources": [_source(i, grounding, self.files, self.spans, i in cited) for i in listed],
+            "sources": [
+                _source(
+                    i, grounding, self.files, self.spans, said if i in cited else None, ask.query
+                )
+                for i in listed
+            ],
             "image_description": None,
             "usage": {"credits": self.credits},
         }

@@ -20,6 +20,10 @@ def ref(position: int) -> str:
     return f"SRC:{position + 1:04d}"
 
 
+def without_markers(answer: str) -> str:
+    return _MARKER.sub("", answer)
+
+
 def marker(position: int) -> str:
     return f"[[{ref(position)}]]"
 
