@@ -44,6 +44,10 @@ TAG = "engine"
 
 MAX_PAGE = 100
 DEFAULT_PAGE = 50
+PAGING = (
+    ("page_size", f"1..{MAX_PAGE}, default {DEFAULT_PAGE}"),
+    ("page_token", "next_page_token of the previous page"),
+)
 MAX_METADATA_KEYS = 64
 _KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -216,10 +220,7 @@ def get_collection(ns: str, name: str) -> ResponseReturnValue:
     tag=TAG,
     response=Collections,
     error=EngineErrorBody,
-    query=(
-        ("page_size", "1..100, default 50"),
-        ("page_token", "next_page_token of the previous page"),
-    ),
+    query=PAGING,
 )
 def list_collections(ns: str) -> ResponseReturnValue:
     namespace_or_404(ns)
@@ -333,8 +334,7 @@ def upload_file(ns: str, name: str) -> ResponseReturnValue:
     response=Files,
     error=EngineErrorBody,
     query=(
-        ("page_size", "1..100, default 50"),
-        ("page_token", "next_page_token of the previous page"),
+        *PAGING,
         ("filter", "a filter of spec §6"),
         ("principals", "repeatable: only files these principals may read"),
     ),
