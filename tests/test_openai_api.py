@@ -253,3 +253,28 @@ def test_grounded_chat_respects_access_control_and_refuses_without_evidence(
         extra_body={"rag": {"collection": "ops/docs", "principals": ["group:geo"]}},
     )
     assert (member.model_extra or {})["rag"]["sources"][0]["path"] == "geo/france.md"
+
+
+def test_grounded_chat_marks_the_models_own_refusal(tmp_path: Path) -> None:
+    from flask_app.rag.prompts import NO_CONTEXT_ANSWER
+
+    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
+    backend = ScriptedBackend(NO_CONTEXT_ANSWER)
+    app = create_app(settings, Services(Store(settings.data_dir), LLM(backend), HashEmbedder()))
+    client = app.test_client()
+    client.post(
+        "/upload",
+        json={
+            "store_mode": "text",
+            "items": [{"id": "fr", "text": "The capital of France is Paris."}],
+        },
+    )
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "rag": {"collection": "moorcheh-edge"},
+    }
+    reply = client.post("/v1/chat/completions", json=body).get_json()
+    assert len(backend.prompts) == 1  # the model was asked, and declined
+    assert reply["choices"][0]["message"]["content"] == NO_CONTEXT_ANSWER
+    assert reply["rag"] == {"sources": [], "refused": True}

@@ -35,6 +35,7 @@ from flask_app.api.openai.schemas import (
 from flask_app.inference.llm import LLM, ChatMessage, LLMError, Sampling, TokenStream
 from flask_app.rag import LLMNotConfigured
 from flask_app.rag.answer import AnswerStream, open_answer
+from flask_app.rag.prompts import is_refusal
 
 blueprint = Blueprint("openai", __name__, url_prefix="/v1")
 TAG = "openai"
@@ -137,10 +138,10 @@ def chat_completions() -> ResponseReturnValue:
             messages, max_tokens=limit, sampling=_sampling(chat), abandoned=client_gone_probe()
         )
 
-    def extension() -> dict[str, Any]:
+    def extension(text: str) -> dict[str, Any]:
         if sources is None:
             return {}
-        refused = isinstance(tokens, AnswerStream) and tokens.refused
+        refused = (isinstance(tokens, AnswerStream) and tokens.refused) or is_refusal(text)
         return {"rag": {"sources": [] if refused else sources, "refused": refused}}
 
     cid = f"chatcmpl-{uuid.uuid4().hex}"
@@ -168,7 +169,7 @@ def chat_completions() -> ResponseReturnValue:
                 "completion_tokens": completion,
                 "total_tokens": prompt_tokens + completion,
             },
-            **extension(),
+            **extension(text),
         )
 
     def frames() -> Iterator[bytes]:
@@ -185,7 +186,7 @@ def chat_completions() -> ResponseReturnValue:
         finally:
             tokens.close()
         finish = "length" if llm.count_tokens("".join(parts)) >= limit else "stop"
-        yield _chunk(cid, llm.model_id, created, {}, finish, extension())
+        yield _chunk(cid, llm.model_id, created, {}, finish, extension("".join(parts)))
         yield b"data: [DONE]\n\n"
 
     return event_stream(frames(), tokens.close)
