@@ -27,6 +27,12 @@ from flask_app.store.file_query import Sql
 
 PROCESSING, READY, FAILED = "processing", "ready", "failed"
 
+# the filter kind of a metadata value from its JSON type (json_each's `type`)
+_KIND = (
+    "CASE {type} WHEN 'text' THEN 'string' WHEN 'true' THEN 'bool' WHEN 'false' THEN 'bool' "
+    "ELSE 'number' END"
+)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS namespaces (
     name TEXT PRIMARY KEY,
@@ -85,10 +91,7 @@ CREATE INDEX IF NOT EXISTS file_principals_principal
     ON file_principals (namespace, collection, principal);
 CREATE TRIGGER IF NOT EXISTS files_indexed AFTER INSERT ON files BEGIN
     INSERT INTO file_metadata SELECT new.file_id, new.namespace, new.collection, key,
-        CASE type WHEN 'text' THEN 'string' WHEN 'true' THEN 'bool' WHEN 'false' THEN 'bool'
-            ELSE 'number' END,
-        value
-    FROM json_each(new.metadata);
+        {kind}, value FROM json_each(new.metadata);
     INSERT OR IGNORE INTO file_principals SELECT new.file_id, new.namespace, new.collection, value
     FROM json_each(new.principals);
 END;
@@ -103,7 +106,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     "end" INTEGER NOT NULL,
     PRIMARY KEY (file_id, n)
 );
-"""
+""".replace("{kind}", _KIND.format(type="type"))
 
 
 def rfc3339(t: float) -> str:
@@ -208,9 +211,7 @@ class Catalog:
             db.execute("DELETE FROM file_principals")
             db.execute(
                 "INSERT INTO file_metadata SELECT f.file_id, f.namespace, f.collection, j.key, "
-                "CASE j.type WHEN 'text' THEN 'string' WHEN 'true' THEN 'bool' "
-                "WHEN 'false' THEN 'bool' ELSE 'number' END, j.value "
-                "FROM files f, json_each(f.metadata) j"
+                f"{_KIND.format(type='j.type')}, j.value FROM files f, json_each(f.metadata) j"
             )
             db.execute(
                 "INSERT OR IGNORE INTO file_principals SELECT f.file_id, f.namespace, "
