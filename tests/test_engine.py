@@ -389,6 +389,8 @@ def test_scoped_keys_reach_only_their_namespaces(tmp_path: Path) -> None:
         assert client.get(path, headers=admin).status_code == 200, path
     r = client.post("/ai/prediction/rag/qwen2.5", json={"batch": []}, headers=ops)
     assert r.status_code == 403
+    denied = client.get("/v1/models", headers=ops).get_json()["error"]
+    assert denied["code"] == "permission_denied" and "scoped" in denied["message"]
     assert client.get("/health").status_code == 200
 
 

@@ -56,6 +56,11 @@ def _classify(exc: Exception) -> tuple[OpenAIError, int | None]:
             return OpenAIError(
                 401, "Incorrect API key provided.", "invalid_request_error", None, "invalid_api_key"
             ), None
+        if code == 403:
+            message = exc.description or "Forbidden."
+            return OpenAIError(
+                403, message, "invalid_request_error", None, "permission_denied"
+            ), None
         if code == 404:
             return OpenAIError(
                 404, "Unknown route.", "invalid_request_error", None, "not_found"
