@@ -395,9 +395,12 @@ class LLM:
         timeout: float | None = None,
         probe: FirstTokenProbe | None = None,
         abandoned: Callable[[], bool] | None = None,
+        prompt_tokens: int | None = None,
     ) -> TokenStream:
         """Wait for the model (FIFO), then return its token stream (see
-        `FirstTokenProbe` for `probe`).
+        `FirstTokenProbe` for `probe`). `prompt_tokens`: the rendered prompt's
+        size when the caller counted it already (else it is counted for the
+        metrics observer).
 
         Raises `LLMOverloaded` at once when the queue is full, `LLMTimeout`
         when the deadline passes before the model is free, and `LLMCancelled`
@@ -419,7 +422,9 @@ class LLM:
         stream = TokenStream(tokens, self.gate, deadline, abandoned)
         if self.observer is not None:
             stream.observer = self.observer
-            stream.prompt_tokens = self.backend.count_tokens(prompt)
+            stream.prompt_tokens = (
+                self.backend.count_tokens(prompt) if prompt_tokens is None else prompt_tokens
+            )
             stream.waited = waited
         return stream
 

@@ -207,5 +207,6 @@ def open_answer(
         probe=probe,
         abandoned=abandoned,
         timeout=timeout,
+        prompt_tokens=grounding.prompt.prompt_tokens,
     )
     return AnswerStream(tokens, probe, grounding, question, config)

@@ -135,7 +135,11 @@ def chat_completions() -> ResponseReturnValue:
         sources = grounded.sources
     else:
         tokens = llm.stream(
-            messages, max_tokens=limit, sampling=_sampling(chat), abandoned=client_gone_probe()
+            messages,
+            max_tokens=limit,
+            sampling=_sampling(chat),
+            abandoned=client_gone_probe(),
+            prompt_tokens=prompt_tokens,
         )
 
     def extension(text: str) -> dict[str, Any]:
