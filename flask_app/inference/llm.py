@@ -435,8 +435,13 @@ class LLM:
         max_tokens: int = 256,
         sampling: Sampling = Sampling(),
         timeout: float | None = None,
+        prompt_tokens: int | None = None,
     ) -> str:
         with self.stream(
-            messages, max_tokens=max_tokens, sampling=sampling, timeout=timeout
+            messages,
+            max_tokens=max_tokens,
+            sampling=sampling,
+            timeout=timeout,
+            prompt_tokens=prompt_tokens,
         ) as tokens:
             return "".join(tokens)

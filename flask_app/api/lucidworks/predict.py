@@ -215,7 +215,12 @@ def rewrite_query(surface: Surface, request: RagRequest) -> dict[str, Any]:
         prompt_tokens = llm.count_chat_tokens(messages)
         if prompt_tokens + 64 >= llm.n_ctx:
             raise InputTooLong()
-        text = llm.chat(messages, max_tokens=64, sampling=Sampling(temperature=0.0))
+        text = llm.chat(
+            messages,
+            max_tokens=64,
+            sampling=Sampling(temperature=0.0),
+            prompt_tokens=prompt_tokens,
+        )
         line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), item.text)
         line = line.removeprefix("Standalone question:").strip() or item.text
         completion = llm.count_tokens(text)
