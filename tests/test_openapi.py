@@ -267,3 +267,10 @@ def test_engine_read_spans_model_accepts_only_what_the_checks_accept(body: dict[
     )
     assume(ordered)
     _accepted(engine_requests.read_spans_request, body)
+
+
+def test_engine_request_models_name_the_fields_the_checks_allow() -> None:
+    assert set(engine_requests.ANSWER_FIELDS) == set(engine_schemas.AnswerRequest.model_fields)
+    assert set(engine_requests.READ_SPANS_FIELDS) == set(
+        engine_schemas.ReadSpansRequest.model_fields
+    )

@@ -68,10 +68,11 @@ def test_the_wheel_installs_and_serves(real_settings: Settings, tmp_path: Path) 
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        health = None
+        while health is None:
+            assert time.monotonic() < deadline, "the installed server did not answer in 120 s"
             try:
                 health = requests.get(base + "/health", timeout=2).json()
-                break
             except requests.ConnectionError:
                 assert server.poll() is None, (tmp_path / "serve.log").read_text()
                 time.sleep(0.2)

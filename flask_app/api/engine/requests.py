@@ -26,6 +26,19 @@ MAX_SPANS = 50
 MAX_SPAN_CHARS = 32000
 MAX_CONTEXT_CHARS = 2000
 
+# the fields each body may hold (the models in `schemas` list the same; a test checks)
+ANSWER_FIELDS = (
+    "query",
+    "effort",
+    "sources",
+    "instructions",
+    "query_image",
+    "history",
+    "filter",
+    "principals",
+)
+READ_SPANS_FIELDS = ("spans", "context_chars", "include", "principals")
+
 NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 PRINCIPAL = re.compile(r"[^:\s]+:\S+")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
@@ -115,19 +128,7 @@ def _image(value: Any) -> Image:
 
 
 def answer_request(body: dict[str, Any]) -> AnswerRequest:
-    _unknown(
-        body,
-        (
-            "query",
-            "effort",
-            "sources",
-            "instructions",
-            "query_image",
-            "history",
-            "filter",
-            "principals",
-        ),
-    )
+    _unknown(body, ANSWER_FIELDS)
     query = _string(body, "query")
     if query is None or not query.strip():
         raise invalid("query is required.", "query")
@@ -204,7 +205,7 @@ class SpanRequest:
 
 
 def read_spans_request(body: dict[str, Any]) -> tuple[list[SpanRequest], int, list[str] | None]:
-    _unknown(body, ("spans", "context_chars", "include", "principals"))
+    _unknown(body, READ_SPANS_FIELDS)
     spans = body.get("spans")
     if not isinstance(spans, list) or not 1 <= len(spans) <= MAX_SPANS:
         raise invalid(f"spans must be a list of 1 to {MAX_SPANS} spans.", "spans")

@@ -188,7 +188,7 @@ def put_collection(ns: str, name: str) -> ResponseReturnValue:
     check_name("collection", name)
     body = _optional_json()
     for key in body:
-        if key not in ("description", "access_control"):
+        if key not in CollectionRequest.model_fields:
             raise invalid(f"Unknown field: {key}", key)
     description = body.get("description")
     if description is not None and (not isinstance(description, str) or len(description) > 1000):
@@ -291,7 +291,7 @@ def _path(value: Any) -> str:
 def upload_file(ns: str, name: str) -> ResponseReturnValue:
     body = json_object(request)
     for key in body:
-        if key not in ("path", "content_type", "text", "data", "metadata", "principals"):
+        if key not in FileUpload.model_fields:
             raise invalid(f"Unknown field: {key}", key)
     collection = collection_or_404(ns, name)
     path = _path(body.get("path"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from flask import Flask, Response, jsonify
@@ -39,7 +39,7 @@ class Operation:
     # each path with its own operation
     paths: tuple[tuple[str, Operation], ...] = ()
     description: str = ""
-    query: tuple[tuple[str, str], ...] = field(default=())  # (name, description)
+    query: tuple[tuple[str, str], ...] = ()  # (name, description)
 
 
 def operation(**kwargs: Any) -> Callable[[F], F]:
