@@ -114,6 +114,13 @@ class Settings:
             "this share (0-1, rarity-weighted) of the question's content words; 0 = off"
         ),
     )
+    answer_candidates: int = field(
+        default=0,
+        metadata=_help(
+            "rank the evidence over this many retrieved passages (0 = top_k); the prompt "
+            "still holds evidence of at most top_k of them"
+        ),
+    )
     answer_refusal_probability: float = field(
         default=0.1,
         metadata=_help(
@@ -180,6 +187,7 @@ class Settings:
             (self.context_tokens >= 16, "context_tokens must be >= 16"),
             (0.0 <= self.answer_min_score <= 1.0, "answer_min_score must be 0..1"),
             (0.0 <= self.answer_min_evidence <= 1.0, "answer_min_evidence must be 0..1"),
+            (0 <= self.answer_candidates <= 100, "answer_candidates must be 0..100"),
             (
                 0.0 <= self.answer_refusal_probability <= 1.0,
                 "answer_refusal_probability must be 0..1",

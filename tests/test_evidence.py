@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flask_app.inference.fakes import HashEmbedder
+from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
+from flask_app.inference.llm import LLM
 from flask_app.rag import evidence, retrieval
 from flask_app.rag import text as text_units
-from flask_app.rag.answer import restates
+from flask_app.rag.answer import AnswerConfig, ground, restates
+from flask_app.rag.pipeline import Question
 from flask_app.rag.text import STOPWORDS, stem, term_set, terms, units
-from flask_app.store import Collection
+from flask_app.store import Collection, Hit
 
 PDB = (
     "r(eturn)\n\nContinue execution until the current function returns.\n\n"
@@ -165,3 +167,34 @@ def test_hybrid_retrieval_finds_an_exact_term_the_embedding_ranks_low(tmp_path: 
     target = next(h for h in found if h.id == "target")
     assert target.text == "tbreak sets a temporary breakpoint."
     assert -1.0 <= target.score <= 1.0
+
+
+class _Ranked:
+    """A retriever with a fixed ranking that records how deep it was asked."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.hits = [Hit(str(i), 0.9 - i / 100, t, None) for i, t in enumerate(texts)]
+        self.asked: list[int] = []
+
+    def passages(self, question: str, k: int) -> list[Hit]:
+        self.asked.append(k)
+        return self.hits[:k]
+
+
+def test_candidates_widen_the_evidence_ranking_but_top_k_passages_reach_the_prompt() -> None:
+    texts = [f"Unrelated note {i} about the canteen menu." for i in range(7)]
+    texts.append("The pdb command tbreak sets a temporary breakpoint.")
+    llm = LLM(ScriptedBackend("tbreak"), max_waiters=1, timeout=5)
+    question = Question(query="Which pdb command sets a temporary breakpoint?", top_k=1)
+
+    default = _Ranked(texts)
+    assert ground(llm, default, question, AnswerConfig()).prompt is None  # top 1 holds nothing
+    assert default.asked == [1]
+
+    wide = _Ranked(texts)
+    grounding = ground(llm, wide, question, AnswerConfig(candidates=10))
+    assert wide.asked == [10]
+    assert [s.id for s in grounding.sources] == ["7"]  # the 8th passage, the only one shown
+    assert grounding.prompt is not None
+    prompt = grounding.prompt.messages[-1]["content"]
+    assert "tbreak" in prompt and "canteen" not in prompt

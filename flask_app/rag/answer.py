@@ -6,7 +6,9 @@ generation gated by the model's own refusal probability.
         for delta in answer: ...
 
 `retriever` is a stored collection or the documents of one request
-(`rag.retrieval`); `question.form` says how the surface wants the model
+(`rag.retrieval`); evidence units are ranked over its `top_k` best passages
+(or `candidates`, when more) and those of at most `top_k` passages reach the
+prompt; `question.form` says how the surface wants the model
 asked and refusals worded. The answer is the refusal, without generating, when no
 evidence unit covers enough of the question (`min_evidence`), and instead of
 generating when the first token's distribution gives the refusal more than
@@ -43,6 +45,9 @@ class AnswerConfig:
     refusal_probability: float = 0.1
     min_cosine: float | None = None  # passages less similar than this are not used
     evidence_units: int = 3
+    # passages whose units are ranked for evidence (0 or below top_k: top_k);
+    # the prompt still holds evidence of at most top_k of them
+    candidates: int = 0
     # False: the prompt holds the chosen passages whole, not just their evidence
     evidence_only: bool = True
     # True: each evidence piece is its own prompt passage (Grounding.sources
@@ -74,7 +79,7 @@ def ground(
 ) -> Grounding:
     if llm is None:
         raise LLMNotConfigured()
-    passages = retriever.passages(question.query, question.top_k)
+    passages = retriever.passages(question.query, max(question.top_k, config.candidates))
     floors = [f for f in (question.min_cosine, config.min_cosine) if f is not None]
     candidates = [hit for hit in passages if all(hit.score >= f for f in floors)]
     selection = evidence.select(
@@ -84,9 +89,12 @@ def ground(
     )
     if not selection.pieces or selection.best_score < config.min_evidence:
         return Grounding([], [], selection.best, selection.best_score, None)
-    used = list(dict.fromkeys(piece.passage for piece in selection.pieces))
+    # passages in the order of their best evidence, at most top_k of them
+    used = list(dict.fromkeys(piece.passage for piece in selection.pieces))[: question.top_k]
     renumber = {old: new for new, old in enumerate(used)}
-    pieces = [replace(p, passage=renumber[p.passage]) for p in selection.pieces]
+    pieces = [
+        replace(p, passage=renumber[p.passage]) for p in selection.pieces if p.passage in renumber
+    ]
     # the best unit is always among the chosen, so its passage is in the prompt
     best = selection.best and replace(selection.best, passage=renumber[selection.best.passage])
     if config.piece_blocks:

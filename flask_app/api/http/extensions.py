@@ -33,6 +33,7 @@ def answer_config_of(app: Flask) -> AnswerConfig:
         max_tokens=settings.max_tokens,
         context_tokens=settings.context_tokens,
         min_evidence=settings.answer_min_evidence,
+        candidates=settings.answer_candidates,
         refusal_probability=settings.answer_refusal_probability,
         min_cosine=cosine_floor(settings.answer_min_score, settings.score_mapping),
     )
