@@ -4,6 +4,7 @@ memory, async jobs, embeddings, streaming and the bad-input matrix."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 import uuid
@@ -724,6 +725,59 @@ def test_t6_api_keys(tmp_path: Path) -> None:
     assert r.status_code == 401 and r.get_json()["status"] == "error"
     assert client.get("/health").status_code == 200
     assert len(backend.prompts) == 2
+
+
+def test_memories_and_jobs_belong_to_the_key_that_made_them(tmp_path: Path) -> None:
+    """Spec §5: memory is scoped to the tenant, and a UUID from another tenant
+    behaves as unknown; an async job is read only with the key that sent it."""
+    app, backend = build(tmp_path, api_keys="k-one,k-two")
+    client = app.test_client()
+    one = {"Authorization": "Bearer k-one"}
+    two = {"Authorization": "Bearer k-two"}
+    memory = prediction(client.post(RAG, json=T1, headers=one))["memoryUuid"]
+    follow = {"batch": [{"text": "When is it held?"}], "useCaseConfig": {"memoryUuid": memory}}
+
+    asked = len(backend.prompts)
+    other = prediction(client.post(RAG, json=follow, headers=two))
+    assert other["memoryUuid"] == memory  # a fresh memory under the same name
+    # k-two remembers nothing to answer from: not found, without the model
+    assert other["answerFound"] is False and len(backend.prompts) == asked
+    prediction(client.post(RAG, json=follow, headers=one))
+    assert "Why did I go to Germany?" in backend.prompts[-1]  # the owner's memory is intact
+    assert backend.prompts[-1].count("When is it held?") == 1  # k-two's turn is not in it
+
+    job = client.post("/ai/async-prediction/rag/mistral", json=T1, headers=one).get_json()
+    job_id = job["predictionId"]
+    deadline = time.monotonic() + 10
+    while client.get(f"/ai/async-prediction/{job_id}", headers=two).status_code == 404:
+        ready = client.get(f"/ai/async-prediction/{job_id}", headers=one).get_json()
+        if ready["status"] == "READY":
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    else:
+        raise AssertionError("another key read the job")
+    assert ready["predictions"][0]["answer"].startswith("The reason for going")
+    assert client.get(f"/ai/async-prediction/{job_id}", headers=two).status_code == 404
+
+
+def test_a_jobs_file_from_before_owners_opens_and_keeps_its_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.sqlite3"
+    with sqlite3.connect(path) as db:  # the table as it was before jobs had owners
+        db.execute(
+            "CREATE TABLE jobs (id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL, "
+            "payload TEXT NOT NULL, result TEXT, error TEXT, submitted_at REAL NOT NULL, "
+            "finished_at REAL)"
+        )
+        db.execute(
+            "INSERT INTO jobs VALUES ('old', 'k', 'READY', '{}', '{\"n\": 1}', NULL, 1, ?)",
+            (time.time(),),
+        )
+    db.close()
+    jobs = Jobs(path)
+    found = jobs.get("old")
+    assert found is not None and found.result == {"n": 1}
+    assert jobs.get("old", owner="someone") is None
 
 
 def test_a_likely_refusal_at_the_first_token_becomes_not_found(tmp_path: Path) -> None:

@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     result TEXT,
     error TEXT,
     submitted_at REAL NOT NULL,
-    finished_at REAL
+    finished_at REAL,
+    owner TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, submitted_at);
 """
@@ -95,6 +96,9 @@ class Jobs:
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._db() as db:
             db.executescript(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+            if "owner" not in columns:  # a jobs file from before jobs had owners
+                db.execute("ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
 
     def _db(self) -> AbstractContextManager[sqlite3.Connection]:
         return transaction(self.path)
@@ -108,24 +112,28 @@ class Jobs:
         """While `busy()` (interactive requests waiting), the worker waits its turn."""
         self._busy = busy
 
-    def submit(self, kind: str, payload: Payload) -> str:
+    def submit(self, kind: str, payload: Payload, owner: str = "") -> str:
+        """Queue a job; only `owner` may read it (`get`)."""
         if kind not in self._handlers:
             raise KeyError(kind)
         job_id = str(uuid.uuid4())
         with self._db() as db:
             db.execute(
-                "INSERT INTO jobs (id, kind, status, payload, submitted_at) VALUES (?, ?, ?, ?, ?)",
-                (job_id, kind, SUBMITTED, json.dumps(payload), time.time()),
+                "INSERT INTO jobs (id, kind, status, payload, submitted_at, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (job_id, kind, SUBMITTED, json.dumps(payload), time.time(), owner),
             )
         self.start()
         return job_id
 
-    def get(self, job_id: str) -> Job | None:
-        """The job (None when unknown or expired); reading a READY job marks it RETRIEVED."""
+    def get(self, job_id: str, owner: str = "") -> Job | None:
+        """The job (None when unknown, expired or another owner's); reading a
+        READY job marks it RETRIEVED."""
         with self._db() as db:
             self._expire(db)
             row = db.execute(
-                "SELECT kind, status, result, error FROM jobs WHERE id = ?", (job_id,)
+                "SELECT kind, status, result, error FROM jobs WHERE id = ? AND owner = ?",
+                (job_id, owner),
             ).fetchone()
             if row is None:
                 return None

@@ -4,7 +4,8 @@ data directory so that a conversation survives a restart.
 A memory is named by a UUID. It keeps its newest `max_turns` turns and is
 forgotten `ttl_s` seconds after its last use; an unknown (or forgotten) UUID
 is simply an empty memory, so a client that kept its UUID across a restart
-or an expiry starts afresh instead of failing.
+or an expiry starts afresh instead of failing. Memories are stored per
+tenant (`scoped`): the same UUID sent with another API key is another memory.
 """
 
 from __future__ import annotations
@@ -97,6 +98,12 @@ class Conversations:
                 "DELETE FROM turns WHERE memory = ? AND seq <= ?",
                 (memory, last + len(turns) - self.max_turns),
             )
+
+
+def scoped(memory: str, tenant: str) -> str:
+    """The stored name of `memory` for `tenant` (the UUID itself without keys,
+    so memories kept before keys were configured stay readable then)."""
+    return f"{tenant}/{memory}" if tenant else memory
 
 
 def as_history(turns: Sequence[Turn]) -> list[ChatMessage]:

@@ -5,12 +5,14 @@ in its own error shape.
 
 A key may be scoped to Engine namespaces (`KEY:ops+docs`): it then reaches
 only those namespaces' routes (others answer 403 `permission_denied`) and no
-other surface (403 in that surface's shape), since the moorcheh-edge store,
-conversation memories and the metrics are shared by every full key.
+other surface (403 in that surface's shape), since the moorcheh-edge store
+and the metrics are shared by every full key. Lucidworks conversation
+memories and async jobs belong to the key that made them (`tenant()`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from dataclasses import dataclass
 
@@ -69,6 +71,13 @@ def matching_grant(presented: bytes | None, grants: tuple[Grant, ...]) -> Grant 
     return found
 
 
+def tenant() -> str:
+    """Whom the request acts for: a digest of its API key ("" without keys).
+    Per-client state (conversation memories, async jobs) is kept per tenant,
+    so another key's memory UUID or job id reads as unknown."""
+    return str(g.get("tenant", ""))
+
+
 def require_namespace(ns: str) -> None:
     """403 unless the request's key may use namespace `ns` (Engine resources
     call this after validating the body, as the spec's order wants)."""
@@ -97,5 +106,6 @@ def install(
         if grant is None:
             raise MissingKey()
         g.key_namespaces = grant.namespaces
+        g.tenant = hashlib.sha256(grant.key).hexdigest()[:32]
         if grant.namespaces is not None and not request.path.startswith(SCOPED_PREFIX + "/"):
             raise SurfaceForbidden()

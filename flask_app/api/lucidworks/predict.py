@@ -16,7 +16,7 @@ from flask_app.api.lucidworks.schemas import ModelConfig, RagRequest
 from flask_app.inference.llm import ChatMessage, Sampling
 from flask_app.rag import evidence
 from flask_app.rag.answer import AnswerConfig, Grounding, ground, open_answer
-from flask_app.rag.memory import Conversations, Turn, as_history
+from flask_app.rag.memory import Conversations, Turn, as_history, scoped
 from flask_app.rag.retrieval import Document, RequestDocuments
 from flask_app.services import Services
 
@@ -103,15 +103,18 @@ def predict_rag(
     *,
     on_delta: OnDelta | None = None,
     abandoned: Callable[[], bool] | None = None,
+    tenant: str = "",
 ) -> dict[str, Any]:
-    """The `{"predictions": [...]}` body for a validated RAG request."""
+    """The `{"predictions": [...]}` body for a validated RAG request; the
+    conversation memory is `tenant`'s (see `auth.tenant`)."""
     llm = surface.services.llm
     if llm is None:
         raise rag.LLMNotConfigured()
     use = request.useCaseConfig
     memory = use.memoryUuid or str(uuid.uuid4())
     not_found = use.answerNotFoundMessage or output.DEFAULT_NOT_FOUND
-    remembered = surface.conversations.turns(memory)
+    stored_as = scoped(memory, tenant)
+    remembered = surface.conversations.turns(stored_as)
     history: list[ChatMessage] = as_history(remembered)
     config = replace(
         surface.config,
@@ -176,7 +179,7 @@ def predict_rag(
             prediction["answerNotFoundMessage"] = not_found
         predictions.append(prediction)
         turns.append(Turn(item.text, response, parsed.answer, prediction["sources"]))
-    surface.conversations.append(memory, turns)
+    surface.conversations.append(stored_as, turns)
     return {"predictions": predictions}
 
 
@@ -187,7 +190,7 @@ REWRITE_SYSTEM = (
 )
 
 
-def rewrite_query(surface: Surface, request: RagRequest) -> dict[str, Any]:
+def rewrite_query(surface: Surface, request: RagRequest, tenant: str = "") -> dict[str, Any]:
     """Standalone versions of follow-up questions, from the conversation memory."""
     llm = surface.services.llm
     if llm is None:
@@ -195,7 +198,7 @@ def rewrite_query(surface: Surface, request: RagRequest) -> dict[str, Any]:
     memory = request.useCaseConfig.memoryUuid
     if memory is None:
         raise rag.RagError("useCaseConfig.memoryUuid is required")
-    turns = surface.conversations.turns(memory)
+    turns = surface.conversations.turns(scoped(memory, tenant))
     predictions = []
     for item in request.batch:
         if not turns:  # nothing to resolve against: the question stands as it is

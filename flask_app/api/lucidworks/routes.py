@@ -11,6 +11,7 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
+from flask_app.api.http import auth
 from flask_app.api.http import errors as http_errors
 from flask_app.api.http.disconnect import client_gone_probe
 from flask_app.api.http.errors import NotAnApiError
@@ -87,10 +88,15 @@ def prediction(use_case: str, model_id: str) -> ResponseReturnValue:
         rag_request = parse(RagRequest, json_object(request))
         if _wants_stream():
             return _stream(rag_request)
-        return jsonify(predict_rag(_surface(), rag_request, abandoned=client_gone_probe()))
+        return jsonify(
+            predict_rag(
+                _surface(), rag_request, abandoned=client_gone_probe(), tenant=auth.tenant()
+            )
+        )
     if use_case == "standalone-query-rewriter":
         _chat_model(model_id)
-        return jsonify(rewrite_query(_surface(), parse(RagRequest, json_object(request))))
+        rewrite = parse(RagRequest, json_object(request))
+        return jsonify(rewrite_query(_surface(), rewrite, tenant=auth.tenant()))
     if use_case == "embedding":
         _embedding_model(model_id)
         text_request = parse(TextRequest, json_object(request))
@@ -116,6 +122,7 @@ def _stream(rag_request: RagRequest) -> Response:
     """`delta` events ({"index", "text"}: answer text as it is generated), then
     one `done` event whose data is the JSON body; a failure is an `error` event."""
     surface = _surface()
+    tenant = auth.tenant()  # read in the request; the answer runs in a thread
     events: queue.Queue[bytes | None] = queue.Queue()
     left = threading.Event()
     probe = client_gone_probe()
@@ -130,6 +137,7 @@ def _stream(rag_request: RagRequest) -> Response:
                 rag_request,
                 on_delta=lambda i, text: events.put(sse("delta", {"index": i, "text": text})),
                 abandoned=abandoned,
+                tenant=tenant,
             )
             events.put(sse("done", body))
         except Exception as exc:
@@ -168,7 +176,9 @@ def async_prediction(use_case: str, model_id: str) -> ResponseReturnValue:
     _chat_model(model_id)
     body = json_object(request)
     parse(RagRequest, body)  # refuse a bad request now, not in the job
-    job_id = _jobs().submit(RAG_JOB, {"model": model_id, "body": without_secrets(body)})
+    tenant = auth.tenant()
+    payload = {"model": model_id, "body": without_secrets(body), "tenant": tenant}
+    job_id = _jobs().submit(RAG_JOB, payload, owner=tenant)
     return jsonify(predictionId=job_id, status="SUBMITTED")
 
 
@@ -180,7 +190,7 @@ def async_prediction(use_case: str, model_id: str) -> ResponseReturnValue:
     error=LucidworksError,
 )
 def async_result(prediction_id: str) -> ResponseReturnValue:
-    job = _jobs().get(prediction_id)
+    job = _jobs().get(prediction_id, owner=auth.tenant())
     if job is None:
         raise errors.NotFound(f"Unknown prediction: {prediction_id}")
     out: dict[str, Any] = {"predictionId": job.id, "status": job.status}
@@ -194,7 +204,7 @@ def async_result(prediction_id: str) -> ResponseReturnValue:
 def _run_job(surface: Surface, payload: dict[str, Any]) -> dict[str, Any]:
     rag_request = RagRequest.model_validate(payload["body"])
     try:
-        return predict_rag(surface, rag_request)
+        return predict_rag(surface, rag_request, tenant=payload.get("tenant", ""))
     except LLMOverloaded as exc:
         raise RetryLater(exc.retry_after) from None
     except LLMTimeout:
