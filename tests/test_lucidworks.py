@@ -20,6 +20,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from flask_app import simcore
+from flask_app.api.engine import state as engine_state
 from flask_app.api.lucidworks.output import AnswerDeltas, parse, urls
 from flask_app.app import create_app
 from flask_app.inference.embed import Vectors, normalise
@@ -778,6 +779,86 @@ def test_a_jobs_file_from_before_owners_opens_and_keeps_its_jobs(tmp_path: Path)
     found = jobs.get("old")
     assert found is not None and found.result == {"n": 1}
     assert jobs.get("old", owner="someone") is None
+
+
+DEPLOY = "# Deploys\n\nDeploys are frozen on Fridays. Hotfixes need SRE approval."
+VAULT = "The vault master password rotates every Tuesday."
+
+
+def engine_collections(tmp_path: Path, reply: str) -> tuple[Flask, FlaskClient, ScriptedBackend]:
+    """ops/runbooks (open, deploy.md) and ops/secure (enforced, vault.md for group:sre)."""
+    app, backend = build(tmp_path, reply)
+    client = app.test_client()
+    assert client.put("/namespaces/ops").status_code == 201
+    for name, access in (("runbooks", "open"), ("secure", "enforced")):
+        r = client.put(f"/namespaces/ops/collections/{name}", json={"access_control": access})
+        assert r.status_code == 201
+    for coll, path, text, extra in (
+        ("runbooks", "runbooks/deploy.md", DEPLOY, {}),
+        ("secure", "vault.md", VAULT, {"principals": ["group:sre"]}),
+    ):
+        body = {"path": path, "content_type": "text/markdown", "text": text, **extra}
+        assert (
+            client.post(f"/namespaces/ops/collections/{coll}/files", json=body).status_code == 202
+        )
+    with app.app_context():
+        assert engine_state.ingestor().wait_idle(20)
+    return app, client, backend
+
+
+def test_collection_backed_rag_answers_from_an_engine_collection(tmp_path: Path) -> None:
+    """Spec §10: items without documents get the collection's best passages."""
+    _, client, backend = engine_collections(
+        tmp_path, "SOURCES:\n- 0\nANSWER: Deploys are frozen on Fridays."
+    )
+    ask = {"text": "When are deploys frozen?"}
+    body = {"batch": [ask], "useCaseConfig": {"collection": "ops/runbooks", "topK": 3}}
+    p = prediction(client.post(RAG, json=body))
+    assert p["answer"] == "Deploys are frozen on Fridays." and p["answerFound"] is True
+    assert p["sources"] == ["runbooks/deploy.md"]
+    assert "Deploys are frozen on Fridays." in backend.prompts[-1]
+    assert "title: deploy.md" in backend.prompts[-1]
+
+    # an item with its own documents keeps them
+    own = {"text": "Why did I go to Germany?", "documents": [GERMANY]}
+    both = {"batch": [own], "useCaseConfig": {"collection": "ops/runbooks"}}
+    prediction(client.post(RAG, json=both))
+    assert "Oktoberfest" in backend.prompts[-1] and "frozen" not in backend.prompts[-1]
+
+    # the same through an async job
+    job = client.post("/ai/async-prediction/rag/mistral", json=body).get_json()
+    assert wait_for(client, job["predictionId"])["predictions"][0]["sources"] == [
+        "runbooks/deploy.md"
+    ]
+
+
+def test_collection_backed_rag_errors_and_access_control(tmp_path: Path) -> None:
+    _, client, backend = engine_collections(tmp_path, "SOURCES:\n- 0\nANSWER: Every Tuesday.")
+    ask = {"batch": [{"text": "When does the vault master password rotate?"}]}
+    for use, status, message in (
+        ({"collection": "ops/nothing"}, 404, "Unknown collection: ops/nothing"),
+        ({"collection": "not a name"}, 404, "Unknown collection: not a name"),
+        (
+            {"collection": "ops/secure"},
+            400,
+            "useCaseConfig.principals is required for collections with enforced access control",
+        ),
+    ):
+        for route in (RAG, "/ai/async-prediction/rag/mistral"):
+            r = client.post(route, json={**ask, "useCaseConfig": use})
+            assert r.status_code == status, (use, route, r.get_json())
+            assert r.get_json()["message"] == message
+    r = client.post(RAG, json={**ask, "useCaseConfig": {"collection": "ops/x", "topK": 0}})
+    assert r.status_code == 400
+    asked = len(backend.prompts)
+    outsider = {"collection": "ops/secure", "principals": ["group:dev"]}
+    p = prediction(client.post(RAG, json={**ask, "useCaseConfig": outsider}))
+    assert p["answerFound"] is False and p["sources"] == []
+    assert len(backend.prompts) == asked  # nothing readable: not found without the model
+    reader = {"collection": "ops/secure", "principals": ["group:sre"]}
+    p = prediction(client.post(RAG, json={**ask, "useCaseConfig": reader}))
+    assert p["answerFound"] is True and p["sources"] == ["vault.md"]
+    assert "rotates every Tuesday" in backend.prompts[-1]
 
 
 def test_a_likely_refusal_at_the_first_token_becomes_not_found(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """The Engine surface on the real default models: E1 (cited answer whose span
 reads back as the supporting sentence), E3 (no markers) and E5 (filter),
-with a Markdown file and a PDF."""
+with a Markdown file and a PDF; and a Lucidworks RAG request answered from
+the same collection."""
 
 from __future__ import annotations
 
@@ -99,6 +100,19 @@ def test_e5_filter_keeps_to_the_pdf(client: FlaskClient) -> None:
     ).get_json()
     assert "Monday" in body["answer"]
     assert body["sources"] and all(s["path"] == "runbooks/staging.pdf" for s in body["sources"])
+
+
+def test_lucidworks_rag_over_the_collection(client: FlaskClient) -> None:
+    """The Lucidworks surface answering from this collection (spec §10 extension)."""
+    body = {
+        "batch": [{"text": "When is the staging cluster rebuilt?"}],
+        "useCaseConfig": {"collection": "ops/runbooks"},
+    }
+    r = client.post("/ai/prediction/rag/llama-3-8b-instruct", json=body)
+    assert r.status_code == 200, r.get_json()
+    p = r.get_json()["predictions"][0]
+    assert p["answerFound"] is True and "Monday" in p["answer"]
+    assert p["sources"] == ["runbooks/staging.pdf"]
 
 
 def test_a_file_being_ingested_at_kill_9_ends_ready_after_restart(

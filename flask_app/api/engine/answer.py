@@ -15,6 +15,7 @@ from flask_app import rag
 from flask_app.api.engine import citations, requests, state
 from flask_app.api.engine.errors import MAX_REQUEST_BYTES, TIMEOUT_MESSAGE, EngineError, invalid
 from flask_app.api.engine.filters import filter_condition
+from flask_app.api.engine.requests import NAME
 from flask_app.api.engine.resources import collection_or_404
 from flask_app.api.engine.schemas import (
     AnswerRequest,
@@ -48,6 +49,15 @@ EFFORT = {"medium": (12, 3, 1), "high": (24, 6, 4)}
 
 def _label(position: int, passage_id: str, metadata: dict[str, object] | None) -> str:
     return f"Document {position + 1} ({citations.ref(position)}):"
+
+
+def find_collection(qualified: str) -> CollectionRecord | None:
+    """The collection named "namespace/collection" (None when there is none
+    or the name is not one)."""
+    ns, _, name = qualified.partition("/")
+    if not (NAME.fullmatch(ns) and NAME.fullmatch(name)):
+        return None
+    return state.catalog().collection(ns, name)
 
 
 def visible_files(

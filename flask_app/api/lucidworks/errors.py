@@ -21,7 +21,7 @@ _log = logging.getLogger("edgerag")
 
 
 class NotFound(Exception):
-    """An unknown model, use case or prediction id (404)."""
+    """An unknown model, use case, prediction id or collection (404)."""
 
 
 # phrases Python's HTTPStatus words differently across versions, and 499

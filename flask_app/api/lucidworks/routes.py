@@ -16,10 +16,11 @@ from flask_app.api.http import errors as http_errors
 from flask_app.api.http.disconnect import client_gone_probe
 from flask_app.api.http.errors import NotAnApiError
 from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
-from flask_app.api.http.json_body import json_object
+from flask_app.api.http.json_body import BadRequest, json_object
 from flask_app.api.http.openapi import operation
 from flask_app.api.http.sse import event_stream, sse
 from flask_app.api.lucidworks import embedding, errors, models
+from flask_app.api.lucidworks.collection import check_collection, with_collection_documents
 from flask_app.api.lucidworks.predict import Surface, predict_rag, rewrite_query
 from flask_app.api.lucidworks.schemas import (
     AsyncResult,
@@ -85,7 +86,7 @@ def _wants_stream() -> bool:
 def prediction(use_case: str, model_id: str) -> ResponseReturnValue:
     if use_case == "rag":
         _chat_model(model_id)
-        rag_request = parse(RagRequest, json_object(request))
+        rag_request = with_collection_documents(parse(RagRequest, json_object(request)))
         if _wants_stream():
             return _stream(rag_request)
         return jsonify(
@@ -175,7 +176,7 @@ def async_prediction(use_case: str, model_id: str) -> ResponseReturnValue:
         raise errors.NotFound(f"Unknown use case: {use_case}")
     _chat_model(model_id)
     body = json_object(request)
-    parse(RagRequest, body)  # refuse a bad request now, not in the job
+    check_collection(parse(RagRequest, body))  # refuse a bad request now, not in the job
     tenant = auth.tenant()
     payload = {"model": model_id, "body": without_secrets(body), "tenant": tenant}
     job_id = _jobs().submit(RAG_JOB, payload, owner=tenant)
@@ -201,15 +202,16 @@ def async_result(prediction_id: str) -> ResponseReturnValue:
     return jsonify(out)
 
 
-def _run_job(surface: Surface, payload: dict[str, Any]) -> dict[str, Any]:
-    rag_request = RagRequest.model_validate(payload["body"])
+def _run_job(app: Flask, surface: Surface, payload: dict[str, Any]) -> dict[str, Any]:
     try:
+        with app.app_context():  # a collection's passages are read through the app
+            rag_request = with_collection_documents(RagRequest.model_validate(payload["body"]))
         return predict_rag(surface, rag_request, tenant=payload.get("tenant", ""))
     except LLMOverloaded as exc:
         raise RetryLater(exc.retry_after) from None
     except LLMTimeout:
         raise RetryLater(1.0) from None
-    except RagError as exc:
+    except (RagError, errors.NotFound, BadRequest) as exc:  # e.g. a collection deleted since
         raise JobFailed(str(exc)) from None
 
 
@@ -229,7 +231,7 @@ def install(app: Flask) -> None:
     if services.jobs is None:
         services.jobs = Jobs(settings.data_dir / "jobs.sqlite3")
     jobs = services.jobs
-    jobs.handle(RAG_JOB, lambda payload: _run_job(surface, payload))
+    jobs.handle(RAG_JOB, lambda payload: _run_job(app, surface, payload))
     llm = services.llm
     if llm is not None:
         jobs.yield_to(lambda: llm.gate.waiting > 0)

@@ -4,7 +4,7 @@ failure becomes the exact message the spec gives for that field."""
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -13,12 +13,19 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    StringConstraints,
     ValidationError,
     field_validator,
 )
 
+from flask_app.api.engine.requests import PRINCIPAL, PRINCIPAL_MAX, PRINCIPALS_MAX
 from flask_app.api.http.json_body import BadRequest
 
+# an Engine principal, as its collections' access control reads it
+Principal = Annotated[
+    StrictStr,
+    StringConstraints(pattern=f"^(?:{PRINCIPAL.pattern})$", min_length=1, max_length=PRINCIPAL_MAX),
+]
 MAX_BATCH = 32
 MAX_DOCUMENTS = 100  # per batch item
 MAX_TEXT_CHARS = 20_000  # a question or a text to embed
@@ -72,6 +79,13 @@ class UseCaseConfig(_Lenient):
     # whole documents (README, Answer quality); false sends documents whole
     extractRelevantContent: StrictBool = True
     dataType: Literal["query", "passage"] | None = None
+    # edgerag extension (spec §10): items without documents are answered from
+    # the `topK` best passages of this Engine collection ("namespace/collection")
+    collection: StrictStr | None = Field(default=None, min_length=3, max_length=130)
+    topK: StrictInt = Field(default=5, ge=1, le=MAX_DOCUMENTS)
+    principals: list[Principal] | None = Field(
+        default=None, min_length=1, max_length=PRINCIPALS_MAX
+    )
 
     @field_validator("memoryUuid")
     @classmethod

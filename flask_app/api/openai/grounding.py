@@ -18,8 +18,7 @@ from flask import current_app
 
 from flask_app import rag
 from flask_app.api.engine import state
-from flask_app.api.engine.answer import files_retriever, visible_files
-from flask_app.api.engine.requests import NAME
+from flask_app.api.engine.answer import files_retriever, find_collection, visible_files
 from flask_app.api.http.extensions import answer_config_of, services_of
 from flask_app.api.openai import errors
 from flask_app.api.openai.schemas import EDGE_STORE, ChatRequest, RagOptions
@@ -70,12 +69,7 @@ def ground_chat(chat: ChatRequest, options: RagOptions, sampling: Sampling) -> G
             for h in grounding.sources
         ]
         return GroundedQuestion(question, grounding, sources)
-    ns, _, name = options.collection.partition("/")
-    record = (
-        state.catalog().collection(ns, name)
-        if NAME.fullmatch(ns) and NAME.fullmatch(name)
-        else None
-    )
+    record = find_collection(options.collection)
     if record is None:
         raise errors.OpenAIError(
             404,
