@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from flask import Flask, Response, jsonify
+from flask import Flask, Response
 from pydantic import TypeAdapter
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -164,7 +164,12 @@ def install(app: Flask, *, version: str) -> None:
     @app.get("/openapi.json")
     @operation(summary="This document (OpenAPI 3.1)", tag="operations", response=dict[str, Any])
     def openapi_json() -> Response:
-        return jsonify(document(app, title="edgerag", version=version))
+        # built once: the routes cannot change after the first request
+        if not built:
+            built.append(app.json.dumps(document(app, title="edgerag", version=version)))
+        return Response(built[0], mimetype="application/json")
+
+    built: list[str] = []
 
     app.register_blueprint(
         get_swaggerui_blueprint(
