@@ -1,7 +1,8 @@
 """The web page in a real headless browser (Debian's chromium and
 chromium-driver, driven by selenium with explicit paths): with an API key,
 create a collection, upload a file and paste text with progress, ask, watch
-the answer stream in, click a citation and read the cited span.
+the answer stream in, click a citation and read the cited span; list more
+files than one API page and delete one.
 
 EDGERAG_SCREENSHOT=path.png saves a screenshot of the final page (README).
 """
@@ -147,3 +148,47 @@ def test_the_page_and_its_files_need_no_key(server: tuple[str, ScriptedBackend])
     for asset in ("/ui/app.js", "/ui/style.css"):
         assert requests.get(base + asset, timeout=10).status_code == 200
     assert requests.get(base + "/namespaces/x/collections", timeout=10).status_code == 401
+
+
+def test_every_file_is_listed_and_one_can_be_deleted(
+    server: tuple[str, ScriptedBackend], browser: WebDriver
+) -> None:
+    """More files than one page of the API (100) are all listed; Delete
+    removes a file after the browser's confirmation."""
+    import requests
+
+    base, _ = server
+    auth = {"Authorization": "Bearer ui-key"}
+    coll = f"{base}/namespaces/default/collections/many"
+    assert requests.put(f"{base}/namespaces/default", headers=auth, timeout=10).ok
+    assert requests.put(coll, headers=auth, timeout=10).ok
+    for i in range(130):
+        body = {"path": f"notes/{i:03}.md", "content_type": "text/markdown", "text": f"Note {i}."}
+        assert requests.post(f"{coll}/files", json=body, headers=auth, timeout=10).ok
+
+    browser.get(base + "/")
+    wait = WebDriverWait(browser, 30)
+    key = browser.find_element(By.ID, "api-key")
+    key.send_keys("ui-key")
+    browser.execute_script("arguments[0].dispatchEvent(new Event('change'))", key)
+    browser.find_element(By.ID, "refresh").click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "files-count"), "130 files"))
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#files tbody tr")) == 130
+
+    row = browser.find_element(By.CSS_SELECTOR, "#files tbody tr")
+    path = row.find_element(By.CSS_SELECTOR, ".path").text
+    row.find_element(By.CSS_SELECTOR, "button.delete").click()
+    wait.until(ec.alert_is_present()).accept()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "files-count"), "129 files"))
+    wait.until(ec.text_to_be_present_in_element((By.ID, "message"), f"{path} was deleted."))
+    listed = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#files .path")]
+    assert path not in listed and len(listed) == 129
+    remaining: list[str] = []
+    token = None
+    while True:
+        params = {"page_size": "100", **({"page_token": token} if token else {})}
+        page = requests.get(f"{coll}/files", params=params, headers=auth, timeout=10).json()
+        remaining += [f["path"] for f in page["files"]]
+        if not (token := page["next_page_token"]):
+            break
+    assert path not in remaining and len(remaining) == 129

@@ -9,7 +9,7 @@ const TYPES = {
   txt: "text/plain", md: "text/markdown", markdown: "text/markdown", html: "text/html",
   htm: "text/html", csv: "text/csv", json: "application/json", pdf: "application/pdf",
 };
-const state = { sources: [], polling: new Map() };
+const state = { sources: [], polling: new Map(), truncated: false };
 
 function say(text, isError = false) {
   const box = $("message");
@@ -75,7 +75,10 @@ async function loadCollections(select) {
   list.replaceChildren(...names.map((name) => new Option(name, name)));
   if (select && names.includes(select)) list.value = select;
   if (names.length) await loadFiles();
-  else $("files").tBodies[0].replaceChildren();
+  else {
+    $("files").tBodies[0].replaceChildren();
+    $("files-count").textContent = "";
+  }
 }
 
 async function createCollection() {
@@ -97,7 +100,9 @@ function fileRow(file) {
   if (!row) {
     row = document.createElement("tr");
     row.dataset.file = file.file_id;
-    row.innerHTML = "<td class=path></td><td class=status></td><td><progress max=1 value=0></progress></td>";
+    row.innerHTML = "<td class=path></td><td class=status></td><td><progress max=1 value=0></progress></td>"
+      + "<td><button type=button class=delete title='Delete this file'>Delete</button></td>";
+    row.querySelector(".delete").addEventListener("click", () => deleteFile(file.file_id));
     $("files").tBodies[0].prepend(row);
   }
   row.querySelector(".path").textContent = file.path;
@@ -115,15 +120,48 @@ function fileRow(file) {
   return row;
 }
 
+const MAX_LISTED = 5000; // files shown per collection (100 per request)
+
 async function loadFiles() {
   if (!collection()) return;
   try {
-    const { files } = await api("GET", `${base()}/files?page_size=100`);
+    const files = [];
+    let token = null;
+    do {
+      const query = `page_size=100${token ? `&page_token=${encodeURIComponent(token)}` : ""}`;
+      const page = await api("GET", `${base()}/files?${query}`);
+      files.push(...page.files);
+      token = page.next_page_token;
+    } while (token && files.length < MAX_LISTED);
     $("files").tBodies[0].replaceChildren();
     for (const file of files.reverse()) {
       fileRow(file);
       if (file.status === "processing") watch(file.file_id);
     }
+    state.truncated = Boolean(token);
+    showCount();
+  } catch (err) {
+    say(err.message, true);
+  }
+}
+
+function showCount() {
+  const n = $("files").tBodies[0].rows.length;
+  $("files-count").textContent = state.truncated
+    ? `the first ${MAX_LISTED} files` : `${n} file${n === 1 ? "" : "s"}`;
+}
+
+async function deleteFile(fileId) {
+  const row = document.querySelector(`tr[data-file="${fileId}"]`);
+  const path = row?.querySelector(".path").textContent || fileId;
+  if (!confirm(`Delete ${path} from ${ns()}/${collection()}?`)) return;
+  try {
+    await api("DELETE", `${base()}/files/${encodeURIComponent(fileId)}`);
+    clearInterval(state.polling.get(fileId));
+    state.polling.delete(fileId);
+    row?.remove();
+    say(`${path} was deleted.`);
+    await loadFiles();
   } catch (err) {
     say(err.message, true);
   }
@@ -155,6 +193,7 @@ function watch(fileId) {
 async function send(body) {
   const file = await api("POST", `${base()}/files`, body);
   fileRow(file);
+  showCount();
   watch(file.file_id);
 }
 
