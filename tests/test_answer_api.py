@@ -140,6 +140,17 @@ def test_an_answer_that_restates_the_question_gets_the_evidence_quoted(tmp_path:
     assert "".join(deltas) == done["answer"] == body["answer"]
 
 
+def test_an_answer_that_loops_is_stopped_not_run_to_max_tokens(tmp_path: Path) -> None:
+    backend = ScriptedBackend("It opened in 1" + " 0" * 200)
+    client = build(tmp_path, backend).test_client()
+    body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
+    assert body["answer"] == "It opened in 1" + " 0" * 12  # stopped after 12 repeats of " 0"
+    assert backend.closed_early == 1
+    stream = client.post("/answer/stream", json={"query": "When did the Harlow Bridge open?"})
+    deltas = [d["delta"] for e, d in events_of(stream.data) if e == "token"]
+    assert "".join(deltas) == events_of(stream.data)[-1][1]["answer"] == body["answer"]
+
+
 def test_relevance_floor_counts_as_no_context(tmp_path: Path) -> None:
     backend = ScriptedBackend("x")
     client = build(tmp_path, backend, answer_min_score=0.99).test_client()

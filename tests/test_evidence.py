@@ -10,7 +10,7 @@ from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.rag import evidence, retrieval
 from flask_app.rag import text as text_units
-from flask_app.rag.answer import AnswerConfig, ground, restates
+from flask_app.rag.answer import AnswerConfig, ground, repeating_tail, restates
 from flask_app.rag.pipeline import Question
 from flask_app.rag.text import STOPWORDS, stem, term_set, terms, units
 from flask_app.store import Collection, Hit
@@ -198,3 +198,17 @@ def test_candidates_widen_the_evidence_ranking_but_top_k_passages_reach_the_prom
     assert grounding.prompt is not None
     prompt = grounding.prompt.messages[-1]["content"]
     assert "tbreak" in prompt and "canteen" not in prompt
+
+
+def test_a_looping_tail_is_told_from_text_that_merely_repeats_a_little() -> None:
+    for looping in ("1" + "0" * 24, "It is " + "ab" * 12, "x " + "no no " * 8, "a" * 100):
+        assert repeating_tail(looping), looping
+    for fine in (
+        "Deploys are frozen on Fridays.",
+        "\"42\".zfill(5) returns '00042'",
+        "1" + "0" * 23,
+        "ab" * 11,
+        "wait" + " " * 40,
+        "It costs 1,000,000,000,000 dollars.",
+    ):
+        assert not repeating_tail(fine), fine

@@ -15,7 +15,8 @@ generating when the first token's distribution gives the refusal more than
 `refusal_probability` × the evidence score (read from the answer's own prompt:
 no extra prompt, so the system prompt stays in the KV cache; the weaker the
 evidence, the stricter the gate). An answer that only restates the
-question gets the best evidence line appended as a quote.
+question gets the best evidence line appended as a quote; one that starts
+looping on a short piece ("1000000…") is stopped there.
 """
 
 from __future__ import annotations
@@ -132,6 +133,21 @@ def ground(
     )
 
 
+def repeating_tail(text: str, longest: int = 8, run: int = 24) -> bool:
+    """`text` ends with one short piece (≤ `longest` characters, not only
+    spaces) repeated to at least `run` characters and at least 8 times: the
+    small model sometimes loops on a digit or a phrase until max_tokens."""
+    for period in range(1, longest + 1):
+        times = max(8, -(-run // period))
+        span = period * times
+        if len(text) < span:
+            break
+        piece = text[-period:]
+        if piece.strip() and text[-span:] == piece * times:
+            return True
+    return False
+
+
 def restates(answer: str, question: str) -> bool:
     """The answer's content words are all the question's: it adds nothing."""
     said = set(terms(answer)) - STOPWORDS
@@ -156,6 +172,7 @@ class AnswerStream:
         self._config = config
         self.refusal_probability: float | None = None
         self.refused = tokens is None
+        self.stopped_repeating = False
 
     def __iter__(self) -> Iterator[str]:
         form = self._question.form
@@ -174,6 +191,10 @@ class AnswerStream:
                     return
             parts.append(delta)
             yield delta
+            if repeating_tail("".join(parts[-64:])):
+                self._tokens.close()  # a loop ("1000000…") would run to max_tokens
+                self.stopped_repeating = True
+                break
         text = "".join(parts)
         best = self._grounding.best
         if not form.quote_restatements or best is None:
