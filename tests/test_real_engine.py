@@ -1,7 +1,7 @@
 """The Engine surface on the real default models: E1 (cited answer whose span
 reads back as the supporting sentence), E3 (no markers) and E5 (filter),
-with a Markdown file and a PDF; and a Lucidworks RAG request answered from
-the same collection."""
+with a Markdown file and a PDF; a research run; and a Lucidworks RAG
+request answered from the same collection."""
 
 from __future__ import annotations
 
@@ -100,6 +100,21 @@ def test_e5_filter_keeps_to_the_pdf(client: FlaskClient) -> None:
     ).get_json()
     assert "Monday" in body["answer"]
     assert body["sources"] and all(s["path"] == "runbooks/staging.pdf" for s in body["sources"])
+
+
+def test_a_research_run_answers_in_the_background(client: FlaskClient) -> None:
+    runs = "/namespaces/ops/collections/runbooks/research-runs"
+    queued = client.post(runs, json={"query": "When are deploys frozen?"}).get_json()
+    deadline = time.monotonic() + 120
+    while (run := client.get(f"{runs}/{queued['run_id']}").get_json())["status"] in (
+        "queued",
+        "running",
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert run["status"] == "succeeded", run
+    assert "Friday" in run["result"]["answer"] and run["result"]["usage"] == {"credits": 10}
+    assert any(s["cited"] and s["path"] == "runbooks/deploy.md" for s in run["result"]["sources"])
 
 
 def test_lucidworks_rag_over_the_collection(client: FlaskClient) -> None:

@@ -7,9 +7,12 @@ queue as every interactive request: before each job it lets waiting
 interactive requests go first (for at most `yield_s`), and a job whose model
 wait was refused (queue full, deadline) is retried later instead of failing.
 
-Status: SUBMITTED → READY | ERROR; the first read of a READY job marks it
-RETRIEVED (later reads still get the result). Finished jobs are kept
-`retention_s` seconds, unfinished ones `max_age_s`.
+Status: SUBMITTED → READY | ERROR | CANCELLED; the first read of a READY
+job marks it RETRIEVED (later reads still get the result). `Job.running` says
+whether the worker is on it now. A cancelled job that has not started never
+runs; a running one is told through `cancel_requested()` (its handler stops
+the model through that) and ends CANCELLED whatever it returns. Finished
+jobs are kept `retention_s` seconds, unfinished ones `max_age_s`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from flask_app.store.sqlite_file import transaction
 _log = logging.getLogger("edgerag")
 
 SUBMITTED, READY, ERROR, RETRIEVED = "SUBMITTED", "READY", "ERROR", "RETRIEVED"
+CANCELLED = "CANCELLED"
 
 Payload = dict[str, Any]
 Result = dict[str, Any]
@@ -55,6 +59,10 @@ class Job:
     status: str
     result: Result | None
     error: str | None
+    payload: Payload
+    submitted_at: float
+    finished_at: float | None
+    running: bool
 
 
 _SCHEMA = """
@@ -93,6 +101,8 @@ class Jobs:
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self._wake = threading.Event()
+        self._current: str | None = None  # the job the worker is running
+        self._cancels: set[str] = set()  # running jobs asked to stop
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._db() as db:
             db.executescript(_SCHEMA)
@@ -112,11 +122,13 @@ class Jobs:
         """While `busy()` (interactive requests waiting), the worker waits its turn."""
         self._busy = busy
 
-    def submit(self, kind: str, payload: Payload, owner: str = "") -> str:
-        """Queue a job; only `owner` may read it (`get`)."""
+    def submit(
+        self, kind: str, payload: Payload, owner: str = "", job_id: str | None = None
+    ) -> str:
+        """Queue a job (id: `job_id` or a new UUID); only `owner` may read it."""
         if kind not in self._handlers:
             raise KeyError(kind)
-        job_id = str(uuid.uuid4())
+        job_id = job_id or str(uuid.uuid4())
         with self._db() as db:
             db.execute(
                 "INSERT INTO jobs (id, kind, status, payload, submitted_at, owner) "
@@ -132,15 +144,45 @@ class Jobs:
         with self._db() as db:
             self._expire(db)
             row = db.execute(
-                "SELECT kind, status, result, error FROM jobs WHERE id = ? AND owner = ?",
+                "SELECT kind, status, result, error, payload, submitted_at, finished_at "
+                "FROM jobs WHERE id = ? AND owner = ?",
                 (job_id, owner),
             ).fetchone()
             if row is None:
                 return None
-            kind, status, result, error = row
+            kind, status, result, error, payload, submitted, finished = row
             if status == READY:
                 db.execute("UPDATE jobs SET status = ? WHERE id = ?", (RETRIEVED, job_id))
-        return Job(job_id, kind, status, json.loads(result) if result else None, error)
+        return Job(
+            job_id,
+            kind,
+            status,
+            json.loads(result) if result else None,
+            error,
+            json.loads(payload),
+            submitted,
+            finished,
+            running=status == SUBMITTED and job_id == self._current,
+        )
+
+    def cancel(self, job_id: str, owner: str = "") -> Job | None:
+        """Stop a job: one not started is CANCELLED now, a running one is asked
+        to stop (`cancel_requested`); a finished one is left as it is."""
+        with self._lock:
+            if job_id == self._current:
+                self._cancels.add(job_id)
+            else:
+                with self._db() as db:
+                    db.execute(
+                        "UPDATE jobs SET status = ?, finished_at = ? "
+                        "WHERE id = ? AND owner = ? AND status = ?",
+                        (CANCELLED, time.time(), job_id, owner, SUBMITTED),
+                    )
+        return self.get(job_id, owner)
+
+    def cancel_requested(self) -> bool:
+        """Whether the job the worker is running was cancelled (for its handler)."""
+        return self._current is not None and self._current in self._cancels
 
     def pending(self) -> int:
         with self._db() as db:
@@ -178,12 +220,18 @@ class Jobs:
         return None if row is None else (row[0], row[1], json.loads(row[2]))
 
     def _finish(self, job_id: str, result: Result | None, error: str | None) -> None:
+        with self._lock:
+            cancelled = job_id in self._cancels
+            self._cancels.discard(job_id)
+            self._current = None
+        if cancelled:
+            result, error = None, None
         with self._db() as db:
             db.execute(
                 "UPDATE jobs SET status = ?, result = ?, error = ?, finished_at = ? "
                 "WHERE id = ? AND status = 'SUBMITTED'",  # a finished job stays finished
                 (
-                    READY if error is None else ERROR,
+                    CANCELLED if cancelled else READY if error is None else ERROR,
                     None if result is None else json.dumps(result),
                     error,
                     time.time(),
@@ -200,6 +248,7 @@ class Jobs:
                 if job is None:
                     self._worker = None
                     return
+                self._current = job[0]
             job_id, kind, payload = job
             deadline = time.monotonic() + self.yield_s
             while self._busy() and time.monotonic() < deadline:
@@ -208,9 +257,11 @@ class Jobs:
                 result = self._handlers[kind](payload)
             except RetryLater as exc:
                 attempts[job_id] = attempts.get(job_id, 0) + 1
-                if attempts[job_id] >= self.max_attempts:
+                if attempts[job_id] >= self.max_attempts or self.cancel_requested():
                     self._finish(job_id, None, f"gave up after {attempts[job_id]} attempts: {exc}")
                 else:
+                    with self._lock:
+                        self._current = None  # queued again: a cancel now stops it at once
                     self._wake.wait(min(exc.delay, 30.0))
                 continue
             except JobFailed as exc:

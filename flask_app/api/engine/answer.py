@@ -4,7 +4,7 @@ pipeline over the caller's visible files, citations by construction."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -191,9 +191,12 @@ def collection_method(ns: str, target: str) -> ResponseReturnValue:
     raise EngineError(404, "not_found", f"Not found: method {verb}")
 
 
-def answer(ns: str, name: str) -> ResponseReturnValue:
-    started = time.monotonic()
-    ask = requests.answer_request(json_object(request))
+def check_answerable(
+    ns: str, name: str, ask: requests.AnswerRequest
+) -> tuple[CollectionRecord, list[FileRecord]]:
+    """The collection and the files `ask` may read, after every check of the
+    spec's order that comes before execution (404/403, principals, filter,
+    409 empty / not ready, image, model)."""
     collection = collection_or_404(ns, name)
     require_principals(collection, ask.principals)
     files = visible_files(collection, ask.principals, ask.filter)
@@ -204,10 +207,40 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
             "multimodal GGUF and its projector to describe images).",
             "query_image",
         )
-    services = services_of(current_app)
-    if services.llm is None:
+    if services_of(current_app).llm is None:
         raise rag.LLMNotConfigured()
-    depth, units, credits = EFFORT[ask.effort]
+    return collection, files
+
+
+def answer(ns: str, name: str) -> ResponseReturnValue:
+    started = time.monotonic()
+    ask = requests.answer_request(json_object(request))
+    stream, reply = start_answer(
+        ns, name, ask, request_id(), deadline=started + TIME_LIMIT_S, abandoned=client_gone_probe()
+    )
+    if "text/event-stream" in request.headers.get("Accept", ""):
+        return event_stream(_events(stream, reply), stream.close)
+    with stream:
+        text = "".join(stream)
+    return jsonify(reply.body(text, stream.refused))
+
+
+def start_answer(
+    ns: str,
+    name: str,
+    ask: requests.AnswerRequest,
+    rid: str,
+    *,
+    deadline: float,
+    abandoned: Callable[[], bool] | None,
+    credits: int | None = None,
+) -> tuple[AnswerStream, _Reply]:
+    """Check, retrieve, ground and start the model on `ask` (raises what
+    `check_answerable` raises, LLMOverloaded, LLMTimeout past `deadline`, a
+    monotonic time); the reply turns the model's text into the body."""
+    collection, files = check_answerable(ns, name, ask)
+    services = services_of(current_app)
+    depth, units, effort_credits = EFFORT[ask.effort]
     spans = state.catalog().spans_of([f.file_id for f in files])
     style = ask.instructions if ask.instructions else prompts.DEFAULT_STYLE
     form = prompts.AnswerForm(
@@ -223,22 +256,17 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
         grounding = ground(services.llm, retriever, question, config)
     else:
         grounding = Grounding([], [], None, 0.0, None)
-    remaining = TIME_LIMIT_S - (time.monotonic() - started)
     stream = open_answer(
         services.llm,
         grounding,
         question,
         config,
-        abandoned=client_gone_probe(),
-        timeout=max(0.1, remaining),
+        abandoned=abandoned,
+        timeout=max(0.1, deadline - time.monotonic()),
     )
     by_id = {f.file_id: f for f in files}
-    reply = _Reply(request_id(), ask, grounding, by_id, spans, credits)
-    if "text/event-stream" in request.headers.get("Accept", ""):
-        return event_stream(_events(stream, reply), stream.close)
-    with stream:
-        text = "".join(stream)
-    return jsonify(reply.body(text, stream.refused))
+    used = effort_credits if credits is None else credits
+    return stream, _Reply(rid, ask, grounding, by_id, spans, used)
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def not_found(what: str) -> EngineError:
     return EngineError(404, "not_found", f"Not found: {what}")
 
 
-def _as_engine(exc: Exception) -> EngineError:
+def as_engine_error(exc: Exception) -> EngineError:
     if isinstance(exc, EngineError):
         return exc
     if isinstance(exc, HTTPException):
@@ -118,7 +118,7 @@ def body(error: EngineError) -> dict[str, Any]:
 
 
 def render(exc: Exception) -> tuple[Response, int]:
-    error = _as_engine(exc)
+    error = as_engine_error(exc)
     response = jsonify(body(error))
     if error.retry_after is not None and error.status in (409, 429, 503):
         response.headers["Retry-After"] = str(error.retry_after)

@@ -1,14 +1,15 @@
 """Install the Engine surface on an app: its routes, error envelope,
-request ids, body limit, catalog and ingestion worker."""
+request ids, body limit, catalog, ingestion worker and research runs."""
 
 from __future__ import annotations
 
 from flask import Flask
 
-from flask_app.api.engine import answer, errors, resources, state
+from flask_app.api.engine import answer, errors, research, resources, state
 from flask_app.api.http import errors as http_errors
 from flask_app.api.http.extensions import services_of, settings_of
 from flask_app.ingest.worker import Ingestor
+from flask_app.rag.jobs import Jobs
 from flask_app.store.catalog import Catalog
 
 PREFIXES = ("/namespaces", "/info")
@@ -22,6 +23,11 @@ def install(app: Flask) -> None:
     app.extensions[state.KEY] = state.EngineState(catalog, ingestor)
     app.register_blueprint(resources.blueprint)
     app.register_blueprint(answer.blueprint)
+    runs = Jobs(settings.data_dir / "research_runs.sqlite3", retention_s=research.RETENTION_S)
+    llm = services.llm
+    if llm is not None:
+        runs.yield_to(lambda: llm.gate.waiting > 0)
+    research.install(app, runs)
     for prefix in PREFIXES:
         http_errors.add_surface(app, prefix, errors.render)
     limits = app.config.setdefault("EDGERAG_BODY_LIMITS", [])

@@ -191,6 +191,22 @@ class AnswerResponse(BaseModel):
     usage: Credits
 
 
+class ResearchRunQueued(BaseModel):
+    request_id: str
+    run_id: str
+    status: Literal["queued"]
+
+
+class ResearchRun(BaseModel):
+    request_id: str
+    run_id: str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    created_at: str
+    completed_at: str | None
+    result: AnswerResponse | None = None  # when succeeded
+    error: EngineErrorDetail | None = None  # when failed
+
+
 class SpanText(Span):
     path: str
     content_type: str
