@@ -170,7 +170,7 @@ def _run(app: Flask, jobs: Jobs, payload: dict[str, Any]) -> dict[str, Any]:
     error object as JSON; RetryLater while the model's queue is full."""
     started = time.monotonic()
     try:
-        with app.test_request_context(headers={"X-Request-Id": payload["request_id"]}):
+        with app.app_context():
             ask = _ask(payload["body"])
             stream, reply = start_answer(
                 payload["ns"],
