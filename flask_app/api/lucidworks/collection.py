@@ -9,7 +9,6 @@ file's path, title = its file name, date = when the file was uploaded.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import PurePosixPath
 
 from flask_app import rag
@@ -18,7 +17,7 @@ from flask_app.api.engine.answer import files_retriever, find_collection, visibl
 from flask_app.api.http.json_body import BadRequest
 from flask_app.api.lucidworks import errors
 from flask_app.api.lucidworks.schemas import Document, RagRequest
-from flask_app.store.catalog import CollectionRecord
+from flask_app.store.catalog import CollectionRecord, rfc3339
 
 
 def check_collection(request: RagRequest) -> CollectionRecord | None:
@@ -60,13 +59,12 @@ def with_collection_documents(request: RagRequest) -> RagRequest:
             file = by_id.get(str((hit.metadata or {}).get("file_id")))
             if file is None:  # deleted since the files were listed
                 continue
-            uploaded = datetime.fromtimestamp(file.created_at, UTC)
             documents.append(
                 Document(
                     body=hit.text,
                     source=file.path,
                     title=PurePosixPath(file.path).name,
-                    date=uploaded.isoformat(timespec="seconds").replace("+00:00", "Z"),
+                    date=rfc3339(file.created_at),  # as the Engine lists the file
                 )
             )
         items.append(item.model_copy(update={"documents": documents}))
