@@ -132,6 +132,10 @@ def test_cancel_a_queued_run_and_a_running_one(tmp_path: Path) -> None:
     second = client.post(RUNS, json=ASK).get_json()["run_id"]
     wait_for(client, first, lambda run: run["status"] == "running")
     assert client.get(f"{RUNS}/{second}").get_json()["status"] == "queued"
+    assert client.put("/namespaces/ops/collections/other").status_code == 201
+    elsewhere = f"/namespaces/ops/collections/other/research-runs/{second}:cancel"
+    assert client.post(elsewhere).status_code == 404  # and the run is left alone
+    assert client.get(f"{RUNS}/{second}").get_json()["status"] == "queued"
 
     r = client.post(f"{RUNS}/{second}:cancel")
     assert r.status_code == 200 and r.get_json()["status"] == "cancelled"

@@ -39,7 +39,7 @@ from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import Operation, operation
 from flask_app.api.http.request_ids import request_id
 from flask_app.inference.llm import LLMCancelled, LLMOverloaded, LLMTimeout
-from flask_app.rag.jobs import CANCELLED, ERROR, JobFailed, Jobs, RetryLater
+from flask_app.rag.jobs import CANCELLED, ERROR, SUBMITTED, JobFailed, Jobs, RetryLater
 from flask_app.store.catalog import new_id, rfc3339
 
 TAG = "engine"
@@ -127,12 +127,14 @@ def run_method(ns: str, name: str, target: str) -> ResponseReturnValue:
 
 def _run_body(ns: str, name: str, run_id: str, *, cancel: bool) -> dict[str, Any]:
     jobs, owner = _jobs(), auth.tenant()
-    job = jobs.cancel(run_id, owner) if cancel else jobs.get(run_id, owner)
+    job = jobs.get(run_id, owner)
     if job is None or job.kind != KIND or (job.payload["ns"], job.payload["name"]) != (ns, name):
         raise not_found(f"research run {run_id}")
+    if cancel:
+        job = jobs.cancel(run_id, owner) or job
     if job.running:
         status = "running"
-    elif job.status == "SUBMITTED":
+    elif job.status == SUBMITTED:
         status = "queued"
     elif job.status == CANCELLED:
         status = "cancelled"
