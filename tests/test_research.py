@@ -20,6 +20,7 @@ from flask_app.api.http.extensions import services_of
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
+from flask_app.rag.jobs import Jobs
 from flask_app.services import Services
 from flask_app.settings import Settings
 from flask_app.store import Store
@@ -204,5 +205,23 @@ def test_a_run_accepted_before_a_crash_runs_after_the_restart(tmp_path: Path) ->
         _, restarted = build(data, backend)
         run = wait_for(restarted, run_id, finished)
         assert run["status"] == "succeeded" and "Fridays" in run["result"]["answer"]
+    finally:
+        hold.set()
+
+
+def test_only_the_owner_can_cancel_a_job(tmp_path: Path) -> None:
+    hold = threading.Event()
+    jobs = Jobs(tmp_path / "jobs.sqlite3")
+    jobs.handle("k", lambda payload: (hold.wait(10), {"done": True})[1])
+    running = jobs.submit("k", {}, owner="alice")
+    queued = jobs.submit("k", {}, owner="alice")
+    try:
+        deadline = time.monotonic() + 10
+        while not (job := jobs.get(running, "alice")) or not job.running:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert jobs.cancel(running, "mallory") is None and jobs.cancel(queued, "mallory") is None
+        assert not jobs.cancel_requested()
+        assert jobs.get(queued, "alice").status == "SUBMITTED"  # type: ignore[union-attr]
     finally:
         hold.set()

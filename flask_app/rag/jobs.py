@@ -167,7 +167,10 @@ class Jobs:
 
     def cancel(self, job_id: str, owner: str = "") -> Job | None:
         """Stop a job: one not started is CANCELLED now, a running one is asked
-        to stop (`cancel_requested`); a finished one is left as it is."""
+        to stop (`cancel_requested`); a finished one is left as it is. None
+        when `owner` has no such job."""
+        if self.get(job_id, owner) is None:
+            return None
         with self._lock:
             if job_id == self._current:
                 self._cancels.add(job_id)
