@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -183,12 +184,26 @@ def upload_engine(client: Any, app: Any, collection: str, documents: list[dict[s
         assert state.ingestor().wait_idle(600)
 
 
+def wilson(hits: int, n: int, z: float = 1.96) -> list[float] | None:
+    """95% Wilson score interval of a rate of `hits` in `n` (None for n = 0):
+    with 7-9 unanswerable questions per test split, one question is 11-14 points."""
+    if n == 0:
+        return None
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [round(max(0.0, centre - half), 3), round(min(1.0, centre + half), 3)]
+
+
 def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
     answerable = [r for r in rows if r["expected"] is not None]
     unanswerable = [r for r in rows if r["expected"] is None]
 
     def rate(part: list[dict[str, Any]], key: str) -> float | None:
         return round(sum(bool(r[key]) for r in part) / len(part), 3) if part else None
+
+    def interval(part: list[dict[str, Any]], key: str) -> list[float] | None:
+        return wilson(sum(bool(r[key]) for r in part), len(part))
 
     answered = [r for r in rows if r.get("citations") is not None and r["found"]]
     citing = {}
@@ -203,9 +218,11 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
         **citing,
         "answerable": len(answerable),
         "accuracy": rate(answerable, "correct"),
+        "accuracy_95ci": interval(answerable, "correct"),
         "recall_at_k": rate(answerable, "recalled"),
         "unanswerable": len(unanswerable),
         "correct_refusals": rate(unanswerable, "correct"),
+        "correct_refusals_95ci": interval(unanswerable, "correct"),
         "fixed_sentence_refusals": rate(unanswerable, "fixed_sentence"),
         "ttft_median_s": round(statistics.median(r["ttft_s"] for r in rows), 3) if rows else None,
         "total_median_s": round(statistics.median(r["total_s"] for r in rows), 3) if rows else None,
@@ -284,6 +301,24 @@ def run_set(
     return rows
 
 
+def tabulate(
+    rows: list[dict[str, Any]], sets: list[str], surfaces: list[str], splits: set[str]
+) -> dict[str, Any]:
+    """Scores per surface, set (and overall) and split."""
+    table: dict[str, Any] = {}
+    for surface in surfaces:
+        for name in [*sets, "overall"]:
+            for split in sorted(splits):
+                part = [
+                    r
+                    for r in rows
+                    if r["surface"] == surface and (name == "overall" or r["set"] == name)
+                ]
+                key = f"{name}/{split}" if surface == "answer" else f"{surface}:{name}/{split}"
+                table[key] = score([r for r in part if r["split"] == split])
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sets", nargs="+", default=SETS, choices=SETS)
@@ -302,24 +337,26 @@ def main() -> None:
         action="store_true",
         help="lucidworks requests send extractRelevantContent: false (default: not sent)",
     )
+    parser.add_argument(
+        "--rescore",
+        action="store_true",
+        help="recompute the tables of --json from the answers it holds (no model run)",
+    )
     args = parser.parse_args()
+    if args.rescore:
+        report = json.loads(args.json.read_text())
+        rows = report["answers"]
+        sets, surfaces = ([*dict.fromkeys(r[key] for r in rows)] for key in ("set", "surface"))
+        report["results"] = tabulate(rows, sets, surfaces, {r["split"] for r in rows})
+        args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+        return
     splits = {"dev", "test"} if args.split == "all" else {args.split}
-    rows: list[dict[str, Any]] = []
+    rows = []
     for name in args.sets:
         rows += run_set(
             name, splits, args.limit, args.quiet, args.surfaces, not args.whole_documents
         )
-    table: dict[str, Any] = {}
-    for surface in args.surfaces:
-        for name in [*args.sets, "overall"]:
-            for split in sorted(splits):
-                part = [
-                    r
-                    for r in rows
-                    if r["surface"] == surface and (name == "overall" or r["set"] == name)
-                ]
-                key = f"{name}/{split}" if surface == "answer" else f"{surface}:{name}/{split}"
-                table[key] = score([r for r in part if r["split"] == split])
+    table = tabulate(rows, args.sets, args.surfaces, splits)
     settings = Settings.load({}, os.environ)
     report = {
         "settings": {

@@ -1,0 +1,31 @@
+"""The evaluation's scoring, without models: whole-token fact matching and
+the 95% intervals reported next to every rate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benches.rag_eval import mentions, score, wilson
+
+
+def test_a_fact_counts_only_as_a_whole_token() -> None:
+    assert mentions("The museum is closed on Mondays.", ["monday"])
+    assert not mentions("Call them all.", ["ll"])
+    assert mentions("It uses `utf-8` by default", ["utf-8"])
+
+
+def test_wilson_intervals_match_the_textbook_values() -> None:
+    assert wilson(2, 7) == [0.082, 0.641]  # 2 of 7 unanswerable questions refused
+    assert wilson(0, 10) == [0.0, 0.278] and wilson(10, 10) == [0.722, 1.0]
+    assert wilson(0, 0) is None
+
+
+def test_score_reports_each_rate_with_its_interval() -> None:
+    timing: dict[str, Any] = {"ttft_s": 1.0, "total_s": 1.0, "fixed_sentence": False}
+    rows: list[dict[str, Any]] = [
+        {"expected": ["x"], "correct": c, "recalled": True, **timing} for c in (1, 1, 0)
+    ]
+    rows.append({"expected": None, "correct": True, "recalled": None, **timing})
+    got = score(rows)
+    assert got["accuracy"] == 0.667 and got["accuracy_95ci"] == wilson(2, 3)
+    assert got["correct_refusals"] == 1.0 and got["correct_refusals_95ci"] == wilson(1, 1)
