@@ -7,6 +7,7 @@ from importlib.metadata import version
 from flask import Flask
 
 from flask_app import web
+from flask_app.api.engine import research
 from flask_app.api.engine import routes as engine
 from flask_app.api.http import admission, auth, errors, extensions, metrics, openapi
 from flask_app.api.http.json_body import OrjsonProvider
@@ -33,7 +34,11 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     openai.install(app)
     engine_state = app.extensions["edgerag_engine"]
     catalog = engine_state.catalog
-    metrics.install(app, extensions.services_of(app), catalog.pending_count, catalog.counts)
+    services = extensions.services_of(app)
+    queues = {"research": app.extensions[research.EXTENSION].pending}
+    if services.jobs is not None:
+        queues["lucidworks"] = services.jobs.pending
+    metrics.install(app, services, catalog.pending_count, catalog.counts, queues)
     openapi.install(app, version=version("edgerag"))
     web.install(app)
     grants = tuple(auth.parse_grant(k) for k in settings.api_key_specs())

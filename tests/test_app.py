@@ -82,6 +82,8 @@ def test_metrics_count_requests_and_generations(client: FlaskClient) -> None:
     assert prompt_tokens > 10  # the /answer prompt: system rules, passage, question
     assert "edgerag_llm_queue_wait_seconds_count 1.0" in text
     assert "edgerag_ingestion_backlog 0.0" in text
+    assert 'edgerag_jobs_pending{queue="research"} 0.0' in text
+    assert 'edgerag_jobs_pending{queue="lucidworks"} 0.0' in text
     assert "edgerag_collections 0.0" in text and "edgerag_files 0.0" in text
     client.put("/namespaces/ops")
     client.put("/namespaces/ops/collections/docs")

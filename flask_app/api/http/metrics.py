@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from flask import Flask, Response, g, request
 from prometheus_client import (
@@ -37,6 +37,7 @@ def install(
     services: Services,
     backlog: Callable[[], int] | None = None,
     catalog_counts: Callable[[], tuple[int, int]] | None = None,
+    jobs_pending: Mapping[str, Callable[[], int]] | None = None,
 ) -> None:
     registry = CollectorRegistry()
     requests_total = Counter(
@@ -107,6 +108,15 @@ def install(
         Gauge(
             "edgerag_ingestion_backlog", "files accepted and not yet ingested", registry=registry
         ).set_function(backlog)
+    if jobs_pending:
+        pending = Gauge(
+            "edgerag_jobs_pending",
+            "background jobs accepted and not finished (Lucidworks async, Engine research runs)",
+            ["queue"],
+            registry=registry,
+        )
+        for queue, pending_count in jobs_pending.items():
+            pending.labels(queue).set_function(pending_count)
 
     @app.before_request
     def start_clock() -> None:
