@@ -760,6 +760,15 @@ def test_memories_and_jobs_belong_to_the_key_that_made_them(tmp_path: Path) -> N
         raise AssertionError("another key read the job")
     assert ready["predictions"][0]["answer"].startswith("The reason for going")
     assert client.get(f"/ai/async-prediction/{job_id}", headers=two).status_code == 404
+    # the job's turn went to k-one's memory, not to the keyless one
+    job_memory = ready["predictions"][0]["memoryUuid"]
+    again = {"batch": [{"text": "When is it held?"}], "useCaseConfig": {"memoryUuid": job_memory}}
+    asked = len(backend.prompts)
+    assert prediction(client.post(RAG, json=again, headers=one))["answerFound"] is True
+    assert len(backend.prompts) == asked + 1 and "Why did I go to Germany?" in backend.prompts[-1]
+    asked = len(backend.prompts)
+    assert prediction(client.post(RAG, json=again, headers=two))["answerFound"] is False
+    assert len(backend.prompts) == asked
 
 
 def test_a_jobs_file_from_before_owners_opens_and_keeps_its_jobs(tmp_path: Path) -> None:

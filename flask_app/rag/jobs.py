@@ -102,6 +102,7 @@ class Jobs:
         self._worker: threading.Thread | None = None
         self._wake = threading.Event()
         self._current: str | None = None  # the job the worker is running
+        self._owner = ""  # ... and whose it is
         self._cancels: set[str] = set()  # running jobs asked to stop
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._db() as db:
@@ -183,6 +184,10 @@ class Jobs:
                     )
         return self.get(job_id, owner)
 
+    def current_owner(self) -> str:
+        """The owner of the job the worker is running (for its handler)."""
+        return self._owner
+
     def cancel_requested(self) -> bool:
         """Whether the job the worker is running was cancelled (for its handler)."""
         return self._current is not None and self._current in self._cancels
@@ -213,14 +218,15 @@ class Jobs:
             self._worker = threading.Thread(target=self._work, name="edgerag-jobs", daemon=True)
             self._worker.start()
 
-    def _next(self) -> tuple[str, str, Payload] | None:
+    def _next(self) -> tuple[str, str, Payload, str] | None:
         with self._db() as db:
             self._expire(db)
             row = db.execute(
-                "SELECT id, kind, payload FROM jobs WHERE status = ? ORDER BY submitted_at LIMIT 1",
+                "SELECT id, kind, payload, owner FROM jobs WHERE status = ? "
+                "ORDER BY submitted_at LIMIT 1",
                 (SUBMITTED,),
             ).fetchone()
-        return None if row is None else (row[0], row[1], json.loads(row[2]))
+        return None if row is None else (row[0], row[1], json.loads(row[2]), row[3])
 
     def _finish(self, job_id: str, result: Result | None, error: str | None) -> None:
         with self._lock:
@@ -251,8 +257,8 @@ class Jobs:
                 if job is None:
                     self._worker = None
                     return
-                self._current = job[0]
-            job_id, kind, payload = job
+                job_id, kind, payload, self._owner = job
+                self._current = job_id
             deadline = time.monotonic() + self.yield_s
             while self._busy() and time.monotonic() < deadline:
                 time.sleep(0.05)

@@ -177,9 +177,8 @@ def async_prediction(use_case: str, model_id: str) -> ResponseReturnValue:
     _chat_model(model_id)
     body = json_object(request)
     check_collection(parse(RagRequest, body))  # refuse a bad request now, not in the job
-    tenant = auth.tenant()
-    payload = {"model": model_id, "body": without_secrets(body), "tenant": tenant}
-    job_id = _jobs().submit(RAG_JOB, payload, owner=tenant)
+    payload = {"model": model_id, "body": without_secrets(body)}
+    job_id = _jobs().submit(RAG_JOB, payload, owner=auth.tenant())
     return jsonify(predictionId=job_id, status="SUBMITTED")
 
 
@@ -202,11 +201,11 @@ def async_result(prediction_id: str) -> ResponseReturnValue:
     return jsonify(out)
 
 
-def _run_job(app: Flask, surface: Surface, payload: dict[str, Any]) -> dict[str, Any]:
+def _run_job(app: Flask, surface: Surface, jobs: Jobs, payload: dict[str, Any]) -> dict[str, Any]:
     try:
         with app.app_context():  # a collection's passages are read through the app
             rag_request = with_collection_documents(RagRequest.model_validate(payload["body"]))
-        return predict_rag(surface, rag_request, tenant=payload.get("tenant", ""))
+        return predict_rag(surface, rag_request, tenant=jobs.current_owner())
     except LLMOverloaded as exc:
         raise RetryLater(exc.retry_after) from None
     except LLMTimeout:
@@ -231,7 +230,7 @@ def install(app: Flask) -> None:
     if services.jobs is None:
         services.jobs = Jobs(settings.data_dir / "jobs.sqlite3")
     jobs = services.jobs
-    jobs.handle(RAG_JOB, lambda payload: _run_job(app, surface, payload))
+    jobs.handle(RAG_JOB, lambda payload: _run_job(app, surface, jobs, payload))
     llm = services.llm
     if llm is not None:
         jobs.yield_to(lambda: llm.gate.waiting > 0)
