@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from selenium import webdriver
@@ -24,6 +26,7 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
 from flask_app.app import create_app
+from flask_app.inference.embed import Vectors
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.services import Services
@@ -54,13 +57,21 @@ def browser() -> Iterator[WebDriver]:
         driver.quit()
 
 
+class SlowEmbedder(HashEmbedder):
+    """Ingest slow enough that files are still processing while the page lists them."""
+
+    def embed(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> Vectors:
+        time.sleep(0.02)
+        return super().embed(texts, ids)
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, ScriptedBackend]]:
     settings = Settings.load({"data_dir": tmp_path / "data", "api_keys": "ui-key"}, {})
     backend = ScriptedBackend("Deploys are frozen on Fridays, and hotfixes need SRE approval.")
     backend.token_delay = 0.05  # slow enough to see the answer arrive piece by piece
     app = create_app(
-        settings, Services(Store(settings.data_dir), LLM(backend, timeout=30), HashEmbedder())
+        settings, Services(Store(settings.data_dir), LLM(backend, timeout=30), SlowEmbedder())
     )
     with serve_in_thread(app, threads=8) as base:
         yield base, backend
@@ -150,11 +161,26 @@ def test_the_page_and_its_files_need_no_key(server: tuple[str, ScriptedBackend])
     assert requests.get(base + "/namespaces/x/collections", timeout=10).status_code == 401
 
 
+def listed_files(collection_url: str, auth: dict[str, str]) -> list[dict[str, Any]]:
+    import requests
+
+    files: list[dict[str, Any]] = []
+    token = None
+    while True:
+        params = {"page_size": "100", **({"page_token": token} if token else {})}
+        page = requests.get(f"{collection_url}/files", params=params, headers=auth, timeout=10)
+        files += page.json()["files"]
+        if not (token := page.json()["next_page_token"]):
+            return files
+
+
 def test_every_file_is_listed_and_one_can_be_deleted(
     server: tuple[str, ScriptedBackend], browser: WebDriver
 ) -> None:
     """More files than one page of the API (100) are all listed; Delete
-    removes a file after the browser's confirmation."""
+    removes a file after the browser's confirmation, and its message is not
+    overwritten by files that finish processing (only uploads from this page
+    announce that they are ready)."""
     import requests
 
     base, _ = server
@@ -183,12 +209,12 @@ def test_every_file_is_listed_and_one_can_be_deleted(
     wait.until(ec.text_to_be_present_in_element((By.ID, "message"), f"{path} was deleted."))
     listed = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#files .path")]
     assert path not in listed and len(listed) == 129
-    remaining: list[str] = []
-    token = None
-    while True:
-        params = {"page_size": "100", **({"page_token": token} if token else {})}
-        page = requests.get(f"{coll}/files", params=params, headers=auth, timeout=10).json()
-        remaining += [f["path"] for f in page["files"]]
-        if not (token := page["next_page_token"]):
-            break
-    assert path not in remaining and len(remaining) == 129
+    remaining = listed_files(coll, auth)
+    assert path not in [f["path"] for f in remaining] and len(remaining) == 129
+
+    deadline = time.monotonic() + 60
+    while any(f["status"] == "processing" for f in listed_files(coll, auth)):
+        assert time.monotonic() < deadline, "ingest of 130 one-line files took over 60 s"
+        time.sleep(0.2)
+    time.sleep(1.0)  # the page polls processing files every 0.3 s
+    assert browser.find_element(By.ID, "message").text == f"{path} was deleted."

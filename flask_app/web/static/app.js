@@ -167,8 +167,9 @@ async function deleteFile(fileId) {
   }
 }
 
-// Poll a processing file until it is ready or failed.
-function watch(fileId) {
+// Poll a processing file until it is ready or failed; only uploads from this
+// page announce the outcome, so listing a busy collection keeps the message.
+function watch(fileId, announce = false) {
   if (state.polling.has(fileId)) return;
   const url = `${base()}/files/${fileId}`;
   const timer = setInterval(async () => {
@@ -178,8 +179,10 @@ function watch(fileId) {
       if (file.status !== "processing") {
         clearInterval(timer);
         state.polling.delete(fileId);
-        say(file.status === "ready" ? `${file.path} is ready.` : `${file.path} failed.`,
-          file.status !== "ready");
+        if (announce) {
+          say(file.status === "ready" ? `${file.path} is ready.` : `${file.path} failed.`,
+            file.status !== "ready");
+        }
       }
     } catch (err) {
       clearInterval(timer);
@@ -194,7 +197,7 @@ async function send(body) {
   const file = await api("POST", `${base()}/files`, body);
   fileRow(file);
   showCount();
-  watch(file.file_id);
+  watch(file.file_id, true);
 }
 
 function base64Of(buffer) {
