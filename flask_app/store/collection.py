@@ -305,6 +305,8 @@ class Collection:
     def _maybe_compact(self, index: simcore.Index) -> None:
         dead = index.deleted_rows
         if dead >= COMPACT_MIN_DEAD and dead >= index.rows - dead:
+            # searches wait for it (write lock held): say when it starts
+            _log.info("%s: compacting %d dead of %d rows", self.path, dead, index.rows)
             started = time.perf_counter()
             index.compact()
             _log.info(
