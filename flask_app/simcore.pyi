@@ -108,8 +108,11 @@ class Index:
         """
     def delete(self, ids: Sequence[str]) -> list[bool]:
         """Delete ids; returns, per id, whether it was present."""
-    def compact(self) -> None:
-        """Drop deleted rows from storage."""
+    def compact(self) -> bool:
+        """Drop deleted rows from storage. Searches go on while the live rows
+        are rewritten (read access); only the switch to them excludes them.
+        Returns false, changing nothing, when a write came in between.
+        """
     def search(
         self,
         query: _Vector,

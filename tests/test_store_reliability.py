@@ -259,3 +259,48 @@ def test_a_query_with_huge_components_still_finds_its_match(tmp_path: Path) -> N
     c.upsert(["a", "b", "c", "d"], v, ["t"] * 4, [None] * 4, mode="vector", embedding_model=None)
     hits = c.search(np.array([0.0, 0.0, 1e30, 1.0], dtype=np.float32), 1)
     assert hits[0].id == "c" and hits[0].score > 0.99
+
+
+def test_searches_go_on_while_a_compaction_rewrites_the_index(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A compaction of many rows used to hold the write lock throughout, so
+    every search waited for it; now searches wait only for the switch."""
+    import threading
+    import time
+
+    caplog.set_level("INFO", logger="edgerag.store")
+    n, dim = 60_000, 128
+    rng = np.random.default_rng(3)
+    ids = [f"r{i}" for i in range(n)]
+    collection = Store(tmp_path / "data").edge()
+    for version in range(2):  # every row but one replaced: one dead row short
+        batch = ids if version == 0 else ids[:-1]
+        for lo in range(0, len(batch), 10_000):
+            part = batch[lo : lo + 10_000]
+            vectors = rng.standard_normal((len(part), dim)).astype(np.float32)
+            collection.upsert(
+                part, vectors, part, [None] * len(part), mode="vector", embedding_model=None
+            )
+    assert not any("compacting" in r.getMessage() for r in caplog.records)
+
+    deleter = threading.Thread(target=lambda: collection.delete([ids[0]]))
+    finished: list[float] = []
+    query = rng.standard_normal(dim).astype(np.float32)
+    deleter.start()
+    deadline = time.monotonic() + 30
+    while deleter.is_alive() and time.monotonic() < deadline and len(finished) < 10_000:
+        collection.search(query, 5)
+        finished.append(time.time())
+    deleter.join(30)
+
+    times = {
+        word: next(
+            r.created for r in caplog.records if r.getMessage().split(": ")[-1].startswith(word)
+        )
+        for word in ("compacting", "compacted")
+    }
+    during = [t for t in finished if times["compacting"] < t < times["compacted"]]
+    took = times["compacted"] - times["compacting"]
+    assert len(during) >= 3, f"{len(during)} searches finished during a {took:.3f} s compaction"
+    assert len(collection) == n - 1 and collection.info().dimension == dim

@@ -18,7 +18,9 @@ between 1 and 2 loses nothing. Vectors are checked and normalised before step
 fails anyway is undone (its write was never acknowledged). Replaced and
 deleted rows are reclaimed by compaction once they outnumber the live ones. Writers
 hold the collection's write lock for both steps; searches hold its read lock,
-so a search sees a batch either entirely or not at all.
+so a search sees a batch either entirely or not at all. A compaction runs after
+the write, with only the writer lock held: searches go on while simcore writes
+the new generation and wait only for the switch to it.
 """
 
 from __future__ import annotations
@@ -153,7 +155,8 @@ class Collection:
         self._search_threads = search_threads
         path.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._lock = RWLock()
+        self._lock = RWLock()  # searches read; a write's row changes exclude them
+        self._writer = threading.Lock()  # one writer at a time, its compaction included
         self._closed = False
         self._needs_recovery = False
         self._db().executescript(_SCHEMA)
@@ -192,12 +195,16 @@ class Collection:
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
-        with self._lock.write():
-            if self._closed:
-                raise ClearedError()
-            if self._needs_recovery:
-                self._recover()
-            yield
+        """One writer at a time. Searches wait while the rows change, not while
+        a compaction the write made due rewrites the index after it."""
+        with self._writer:
+            with self._lock.write():
+                if self._closed:
+                    raise ClearedError()
+                if self._needs_recovery:
+                    self._recover()
+                yield
+            self._compact_if_due()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -302,19 +309,31 @@ class Collection:
             db.executemany("DELETE FROM items WHERE id = ?", absent)
             db.executemany("DELETE FROM item_meta WHERE id = ?", absent)
 
-    def _maybe_compact(self, index: simcore.Index) -> None:
+    def _compact_if_due(self) -> None:
+        """Compact once dead rows reach the live ones. The writer lock is held
+        (no write can come in); searches go on while simcore rewrites the live
+        rows and wait only for the switch. The write before it is committed
+        whatever happens here, so a failure is logged and retried next write."""
+        index = self._index
+        if index is None or self._closed:
+            return
         dead = index.deleted_rows
-        if dead >= COMPACT_MIN_DEAD and dead >= index.rows - dead:
-            # searches wait for it (write lock held): say when it starts
-            _log.info("%s: compacting %d dead of %d rows", self.path, dead, index.rows)
-            started = time.perf_counter()
-            index.compact()
-            _log.info(
-                "%s: compacted %d dead rows in %.0f ms",
-                self.path,
-                dead,
-                (time.perf_counter() - started) * 1000,
-            )
+        if dead < COMPACT_MIN_DEAD or dead < index.rows - dead:
+            return
+        _log.info("%s: compacting %d dead of %d rows", self.path, dead, index.rows)
+        started = time.perf_counter()
+        try:
+            done = index.compact()
+        except (OSError, ValueError):
+            _log.exception("%s: compaction failed; the next write retries it", self.path)
+            return
+        _log.info(
+            "%s: compacted %d dead rows in %.0f ms%s",
+            self.path,
+            dead,
+            (time.perf_counter() - started) * 1000,
+            "" if done else " (discarded: the index changed meanwhile)",
+        )
 
     def _apply(self, action: Callable[[], object]) -> None:
         """Apply a committed batch to the index; if that fails, the redo record
@@ -409,7 +428,6 @@ class Collection:
                 }
             self._apply(lambda: index.upsert(list(ids), vectors))
             self._count += new
-            self._maybe_compact(index)
             return self._count
 
     def _check_settings(self, mode: str, dim: int, embedding_model: str | None) -> None:
@@ -453,7 +471,6 @@ class Collection:
                     )
                 self._apply(lambda: index.delete(found))
                 self._count -= len(found)
-                self._maybe_compact(index)
             return len(found), missing
 
     def matching_ids(self, metadata: Mapping[str, MetadataValue]) -> list[str]:

@@ -372,16 +372,17 @@ impl IndexFiles {
         })
     }
 
-    /// Replace the index with a new generation holding exactly `batch`.
-    pub fn rewrite(&mut self, root: &Path, batch: &Batch<'_>) -> io::Result<(IndexFiles, Loaded)> {
+    /// Write a new generation holding exactly `batch` (synced, not yet
+    /// current) and return its name: the current one is untouched, so readers
+    /// go on meanwhile and a crash leaves the index as it was.
+    pub fn write_compacted(&self, root: &Path, batch: &Batch<'_>) -> io::Result<String> {
         let name = next_generation_name(root);
-        let h = self.header;
         let header = Header {
             rows: batch.rows as u64,
             ids_bytes: batch.ids.len() as u64,
             deleted: 0,
             seq: 0,
-            ..h
+            ..self.header
         };
         Self::write_generation(root, &name, header, |files| {
             files[0].write_all(bytemuck_f32(batch.f32))?;
@@ -389,8 +390,18 @@ impl IndexFiles {
             files[2].write_all(batch.meta)?;
             files[3].write_all(batch.ids)
         })?;
-        switch_generation(root, &name)?;
+        Ok(name)
+    }
+
+    /// Make the written generation `name` current (atomic rename) and open it.
+    pub fn switch_to(root: &Path, name: &str) -> io::Result<(IndexFiles, Loaded)> {
+        switch_generation(root, name)?;
         Self::open(root)
+    }
+
+    /// Remove a written generation that will not become current.
+    pub fn discard(root: &Path, name: &str) -> io::Result<()> {
+        fs::remove_dir_all(root.join(name))
     }
 }
 

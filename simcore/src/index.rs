@@ -138,6 +138,21 @@ pub struct Index {
     n_deleted: usize,
     files: Option<(PathBuf, IndexFiles)>,
     threads: usize,
+    /// Counts the changes to the rows; a prepared compaction is installed
+    /// only over the state it was built from.
+    changes: u64,
+}
+
+/// The live rows rewritten without tombstones, built while searches go on
+/// (`Index::prepare_compaction`, read access) and installed by
+/// `Index::finish_compaction` (write access, brief).
+pub struct Compaction {
+    changes: u64,
+    ids: Vec<String>,
+    /// in memory: the encoded rows; persistent: none (they are on disk)
+    enc: Option<Encoded>,
+    /// persistent: the new generation, written and synced, not yet current
+    generation: Option<String>,
 }
 
 impl Index {
@@ -163,6 +178,7 @@ impl Index {
             n_deleted: 0,
             files: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            changes: 0,
         })
     }
 
@@ -383,6 +399,7 @@ impl Index {
         self.i8.tail.extend_from_slice(&enc.i8);
         self.scales.extend_from_slice(&enc.scales);
         self.sums.extend_from_slice(&enc.sums);
+        self.changes += 1;
         Ok(UpsertStats {
             inserted: ids.len() - replaced.len(),
             replaced: replaced.len(),
@@ -422,11 +439,20 @@ impl Index {
             self.lookup.remove(&self.ids[r as usize]);
             self.n_deleted += 1;
         }
+        self.changes += 1;
         Ok(found)
     }
 
     /// Rewrite storage without tombstones (a new file generation when persistent).
     pub fn compact(&mut self) -> Result<(), SimcoreError> {
+        let prepared = self.prepare_compaction()?;
+        self.finish_compaction(prepared).map(|_| ())
+    }
+
+    /// The expensive half of a compaction, with read access only: the live
+    /// rows encoded again and, when persistent, written and synced as a new
+    /// generation that is not yet current.
+    pub fn prepare_compaction(&self) -> Result<Compaction, SimcoreError> {
         let live: Vec<usize> = (0..self.rows()).filter(|&r| !self.deleted[r]).collect();
         let mut values = Vec::with_capacity(live.len() * self.dim);
         for &r in &live {
@@ -434,44 +460,85 @@ impl Index {
         }
         let ids: Vec<String> = live.iter().map(|&r| self.ids[r].clone()).collect();
         let enc = self.encode(&values, live.len());
-        if let Some((root, files)) = self.files.as_mut() {
-            let id_bytes = file::encode_ids(ids.iter().map(String::as_str));
-            let batch = Batch {
-                rows: live.len(),
-                f32: &enc.f32,
-                i8: &enc.i8,
-                meta: &enc.meta,
-                ids: &id_bytes,
-                deleted: &[],
-            };
-            let (new_files, loaded) = files.rewrite(root, &batch).map_err(|e| io_error(root, e))?;
-            *files = new_files;
-            self.load(loaded);
-            return Ok(());
+        let Some((root, files)) = self.files.as_ref() else {
+            return Ok(Compaction {
+                changes: self.changes,
+                ids,
+                enc: Some(enc),
+                generation: None,
+            });
+        };
+        let id_bytes = file::encode_ids(ids.iter().map(String::as_str));
+        let batch = Batch {
+            rows: live.len(),
+            f32: &enc.f32,
+            i8: &enc.i8,
+            meta: &enc.meta,
+            ids: &id_bytes,
+            deleted: &[],
+        };
+        let generation = files
+            .write_compacted(root, &batch)
+            .map_err(|e| io_error(root, e))?;
+        Ok(Compaction {
+            changes: self.changes,
+            ids,
+            enc: None,
+            generation: Some(generation),
+        })
+    }
+
+    /// Install a prepared compaction: switch to its generation (atomic
+    /// rename) or its rows. Returns false, changing nothing, when the index
+    /// changed after it was prepared (its generation is removed).
+    pub fn finish_compaction(&mut self, prepared: Compaction) -> Result<bool, SimcoreError> {
+        if prepared.changes != self.changes {
+            if let (Some(name), Some((root, _))) = (&prepared.generation, &self.files) {
+                IndexFiles::discard(root, name).map_err(|e| io_error(root, e))?;
+            }
+            return Ok(false);
         }
-        self.f32 = Rows {
-            base: None,
-            base_rows: 0,
-            tail: enc.f32,
-            stride: self.stride_f32,
-        };
-        self.i8 = Rows {
-            base: None,
-            base_rows: 0,
-            tail: enc.i8,
-            stride: self.stride_i8,
-        };
-        self.scales = enc.scales;
-        self.sums = enc.sums;
-        self.lookup = ids
-            .iter()
-            .enumerate()
-            .map(|(r, id)| (id.clone(), r as u32))
-            .collect();
-        self.ids = ids;
-        self.deleted = vec![false; live.len()];
-        self.n_deleted = 0;
-        Ok(())
+        match (prepared.generation, prepared.enc, self.files.as_mut()) {
+            (Some(name), _, Some((root, files))) => {
+                let (new_files, loaded) =
+                    IndexFiles::switch_to(root, &name).map_err(|e| io_error(root, e))?;
+                *files = new_files;
+                self.load(loaded);
+            }
+            (None, Some(enc), None) => {
+                let rows = prepared.ids.len();
+                self.f32 = Rows {
+                    base: None,
+                    base_rows: 0,
+                    tail: enc.f32,
+                    stride: self.stride_f32,
+                };
+                self.i8 = Rows {
+                    base: None,
+                    base_rows: 0,
+                    tail: enc.i8,
+                    stride: self.stride_i8,
+                };
+                self.scales = enc.scales;
+                self.sums = enc.sums;
+                self.lookup = prepared
+                    .ids
+                    .iter()
+                    .enumerate()
+                    .map(|(r, id)| (id.clone(), r as u32))
+                    .collect();
+                self.ids = prepared.ids;
+                self.deleted = vec![false; rows];
+                self.n_deleted = 0;
+            }
+            _ => {
+                return Err(SimcoreError::Invalid(
+                    "a compaction prepared for another kind of index".into(),
+                ));
+            }
+        }
+        self.changes += 1;
+        Ok(true)
     }
 
     /// Read every stored f32 value once with `threads` threads and return

@@ -385,9 +385,15 @@ mod python {
             py.detach(|| self.write().delete(&ids)).map_err(to_py)
         }
 
-        /// Drop deleted rows from storage.
-        fn compact(&self, py: Python<'_>) -> PyResult<()> {
-            py.detach(|| self.write().compact()).map_err(to_py)
+        /// Drop deleted rows from storage. Searches go on while the live rows
+        /// are rewritten (read access); only the switch to them excludes them.
+        /// Returns false, changing nothing, when a write came in between.
+        fn compact(&self, py: Python<'_>) -> PyResult<bool> {
+            py.detach(|| {
+                let prepared = self.read().prepare_compaction()?;
+                self.write().finish_compaction(prepared)
+            })
+            .map_err(to_py)
         }
 
         /// Top-k ids and scores for `query`, best first (ties: earlier insert).

@@ -272,6 +272,77 @@ fn compaction_survives_reopen_and_keeps_appending() {
     assert_eq!(gens.len(), 1, "old generations are removed");
 }
 
+#[test]
+fn a_prepared_compaction_leaves_the_index_as_it_was_until_installed() {
+    let tmp = TempDir::new();
+    let dim = 16;
+    let data = vectors(40, dim, 12);
+    let mut index = Index::create(&tmp.0, dim).unwrap();
+    index.upsert(&ids(0..40), &data).unwrap();
+    index.delete(&ids(0..30)).unwrap();
+    let before = generation(&tmp.0);
+    let prepared = index.prepare_compaction().unwrap();
+    // written aside: still the old generation and rows, searchable as before
+    assert_eq!(generation(&tmp.0), before);
+    assert_eq!((index.len(), index.rows()), (10, 40));
+    let query = &data[35 * dim..36 * dim];
+    let hits = index.search(query, 1, Mode::Exact, None).unwrap();
+    assert_eq!(index.id_of(hits[0].row), "id-35");
+    assert!(index.finish_compaction(prepared).unwrap());
+    assert_ne!(generation(&tmp.0), before);
+    assert_eq!((index.len(), index.rows()), (10, 10));
+    let hits = index.search(query, 1, Mode::Exact, None).unwrap();
+    assert_eq!(index.id_of(hits[0].row), "id-35");
+}
+
+#[test]
+fn a_compaction_prepared_before_a_write_is_discarded() {
+    let tmp = TempDir::new();
+    let dim = 16;
+    let data = vectors(40, dim, 13);
+    {
+        let mut index = Index::create(&tmp.0, dim).unwrap();
+        index.upsert(&ids(0..40), &data).unwrap();
+        index.delete(&ids(0..30)).unwrap();
+        let prepared = index.prepare_compaction().unwrap();
+        index.delete(&ids(30..31)).unwrap();
+        assert!(!index.finish_compaction(prepared).unwrap());
+        assert_eq!((index.len(), index.rows()), (9, 40));
+        let gens = fs::read_dir(&tmp.0)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("gen-"))
+            .count();
+        assert_eq!(gens, 1, "the discarded generation is removed");
+        index.compact().unwrap();
+        assert_eq!((index.len(), index.rows()), (9, 9));
+    }
+    let index = Index::open(&tmp.0).unwrap();
+    assert_eq!(index.len(), 9);
+    assert!(!index.contains("id-30"));
+    assert_eq!(
+        index.get("id-39").unwrap(),
+        data[39 * dim..40 * dim].to_vec()
+    );
+}
+
+#[test]
+fn an_in_memory_compaction_prepared_before_a_write_is_discarded() {
+    let dim = 8;
+    let data = vectors(20, dim, 14);
+    let mut index = Index::new(dim).unwrap();
+    index.upsert(&ids(0..20), &data).unwrap();
+    index.delete(&ids(0..10)).unwrap();
+    let prepared = index.prepare_compaction().unwrap();
+    index.upsert(&["late"], &data[..dim]).unwrap();
+    assert!(!index.finish_compaction(prepared).unwrap());
+    assert_eq!((index.len(), index.rows()), (11, 21));
+    let prepared = index.prepare_compaction().unwrap();
+    assert!(index.finish_compaction(prepared).unwrap());
+    assert_eq!((index.len(), index.rows()), (11, 11));
+    assert_eq!(index.get("late").unwrap(), data[..dim].to_vec());
+}
+
 fn generation(root: &std::path::Path) -> PathBuf {
     root.join(fs::read_to_string(root.join("CURRENT")).unwrap().trim())
 }
