@@ -304,3 +304,40 @@ def test_searches_go_on_while_a_compaction_rewrites_the_index(
     took = times["compacted"] - times["compacting"]
     assert len(during) >= 3, f"{len(during)} searches finished during a {took:.3f} s compaction"
     assert len(collection) == n - 1 and collection.info().dimension == dim
+
+
+def test_a_failed_compaction_does_not_fail_the_committed_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The write is committed before its compaction: a compaction error is
+    logged and the next write tries again."""
+
+    class FailingOnce:
+        def __init__(self, index: simcore.Index) -> None:
+            self.index, self.failures = index, 1
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.index, name)
+
+        def __contains__(self, item_id: str) -> bool:
+            return item_id in self.index
+
+        def compact(self) -> bool:
+            if self.failures:
+                self.failures -= 1
+                raise OSError(28, "No space left on device")
+            return self.index.compact()
+
+    caplog.set_level("INFO", logger="edgerag.store")
+    collection = Store(tmp_path / "data").edge()
+    n = 2 * COMPACT_MIN_DEAD + 10
+    ids = [f"r{i}" for i in range(n)]
+    vectors = np.random.default_rng(5).standard_normal((n, 16)).astype(np.float32)
+    collection.upsert(ids, vectors, ids, [None] * n, mode="vector", embedding_model=None)
+    collection._index = FailingOnce(collection._index)  # type: ignore[assignment,arg-type]
+    assert collection.delete(ids[: n // 2 + 1]) == (n // 2 + 1, [])
+    assert any("compaction failed" in r.getMessage() for r in caplog.records)
+    assert len(collection) == n - (n // 2 + 1)
+    assert collection.delete([ids[-1]]) == (1, [])  # the next write compacts
+    assert any("compacted" in r.getMessage() for r in caplog.records)
+    assert collection._index is not None and collection._index.rows == len(collection)
