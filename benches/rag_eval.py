@@ -50,7 +50,7 @@ from flask_app.services import load_services
 from flask_app.settings import Settings
 
 EVAL = Path(__file__).parent / "eval"
-SETS = ["own", "python-reference", "maketext-article"]
+SETS = ["own", "python-reference", "maketext-article", "gnu-help"]
 REFUSAL = re.compile(
     r"(do not|don't|does not|doesn't|cannot|can't) (have|provide|contain|find|answer)"
     r"|not enough information|no information|not (mentioned|provided|specified|stated|given)"
@@ -76,11 +76,17 @@ def normalise(text: str) -> str:
 
 
 def mentions(text: str, spellings: list[str]) -> bool:
-    """Some spelling appears in `text` as a whole token (so "ll" is not found in "all")."""
-    text = normalise(text)
+    """Some spelling appears in `text` as a whole token (so "ll" is not found in
+    "all"), ignoring case, except for command-line options (spellings starting
+    with "-": `-v` is not `-V`)."""
+    lowered = normalise(text)
+    exact = text.replace("\u2019", "'").replace("`", "")
     # a plural or third-person ending still counts ("monday" in "Mondays")
-    pattern = r"(?<![a-z0-9]){}(?:s|es)?(?![a-z0-9])"
-    return any(re.search(pattern.format(re.escape(s)), text) is not None for s in spellings)
+    pattern = r"(?<![A-Za-z0-9]){}(?:s|es)?(?![A-Za-z0-9])"
+    return any(
+        re.search(pattern.format(re.escape(s)), exact if s.startswith("-") else lowered)
+        for s in spellings
+    )
 
 
 def is_refusal(answer: str) -> bool:

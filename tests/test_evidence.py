@@ -36,6 +36,41 @@ def test_a_heading_stays_with_the_text_it_introduces() -> None:
     assert found[2].text.startswith("j(ump) lineno\n\nSet the next line")
 
 
+OPTIONS = """Mandatory arguments to long options are mandatory for short options too.
+  -a, --all                  do not ignore entries starting with .
+      --author               with -l, print the author of each file
+      --block-size=SIZE      with -l, scale sizes by SIZE when printing them;
+                             e.g., '--block-size=M'; see SIZE format below
+  -d, --directory            list directories themselves, not their contents"""
+
+
+def test_an_option_table_is_cut_into_one_unit_per_option() -> None:
+    found = units(OPTIONS)
+    assert [u.text.split()[0] for u in found] == [
+        "Mandatory",
+        "-a,",
+        "--author",
+        "--block-size=SIZE",
+        "-d,",
+    ]
+    assert found[3].text.endswith("see SIZE format below")  # with its continuation line
+    assert all(OPTIONS[u.start : u.end] == u.text for u in found)
+    chosen = evidence.select("Which option prints the author of each file?", [OPTIONS])
+    assert chosen.best is not None and chosen.best.text.startswith("--author")
+
+
+def test_bullets_are_units_and_hard_wrapped_prose_stays_whole() -> None:
+    text = (
+        "The museum opens at ten\nand closes at six,\nevery day but Monday.\n\n"
+        "- Tickets: 12 EUR\n- Guided tours: Sundays"
+    )
+    assert [u.text for u in units(text)] == [
+        "The museum opens at ten\nand closes at six,\nevery day but Monday.",
+        "- Tickets: 12 EUR",
+        "- Guided tours: Sundays",
+    ]
+
+
 def test_terms_drop_function_words_and_meet_inflections() -> None:
     assert terms("Which pdb command continues until the current function exits?") == [
         "pdb",

@@ -12,6 +12,10 @@ def test_a_fact_counts_only_as_a_whole_token() -> None:
     assert mentions("The museum is closed on Mondays.", ["monday"])
     assert not mentions("Call them all.", ["ll"])
     assert mentions("It uses `utf-8` by default", ["utf-8"])
+    # command-line options keep their case: grep's -v is not its -V
+    assert mentions("Use `-v`.", ["--invert-match", "-v"])
+    assert not mentions("Use -V.", ["--invert-match", "-v"])
+    assert not mentions("Use -vx.", ["-v"])
 
 
 def test_wilson_intervals_match_the_textbook_values() -> None:

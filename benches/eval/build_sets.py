@@ -6,6 +6,10 @@ paragraph cut at sentence ends; never trimmed around an answer):
 - `python-reference`: the Python reference topics "debugger" (pdb) and
   "string-methods", from `pydoc_data.topics` (the interpreter's own help
   text): option- and parameter-dense technical reference.
+- `gnu-help`: the `--help` text of GNU `ls`, `sort` (coreutils 9.1) and
+  `grep` (3.8) as Debian ships them, in the C locale: option tables, one
+  option per line with indented continuation lines, kept line by line (an
+  upload script reading a text file keeps its lines).
 - `maketext-article`: "Localization and Perl: gettext breaks, Maketext fixes"
   (Sean M. Burke and Jordan Lachler, The Perl Journal #13, shipped by Debian's
   perl-modules as Locale/Maketext/TPJ13.pod), rendered by `pod2text`:
@@ -24,6 +28,7 @@ import json
 import pydoc_data.topics
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +78,31 @@ def chunk(text: str, max_chars: int = MAX_CHARS) -> list[str]:
     return pack(parts, "\n\n", max_chars)
 
 
-def documents(sources: list[tuple[str, str]]) -> list[dict[str, Any]]:
+def chunk_lines(text: str, max_chars: int = MAX_CHARS) -> list[str]:
+    """Blocks (blank-line separated) merged while they fit, their lines kept;
+    a longer block is cut between lines."""
+    blocks = [b.strip("\n") for b in re.split(r"\n\s*\n", text) if b.strip()]
+    parts = [p for block in blocks for p in pack(block.split("\n"), "\n", max_chars)]
+    return pack(parts, "\n\n", max_chars)
+
+
+def help_text(command: str) -> str:
+    """`command --help` as printed in the C locale."""
+    shown = subprocess.run(
+        [command, "--help"],
+        check=True,
+        capture_output=True,
+        env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"},
+    )
+    return shown.stdout.decode()
+
+
+def documents(
+    sources: list[tuple[str, str]], chunker: Callable[[str], list[str]] = chunk
+) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for source, text in sources:
-        for n, passage in enumerate(chunk(text)):
+        for n, passage in enumerate(chunker(text)):
             docs.append(
                 {"id": f"{source}-{n:03d}", "text": passage, "metadata": {"source": source}}
             )
@@ -99,11 +125,12 @@ def main() -> None:
         "maketext-article": [
             ("tpj13", pod_text(TPJ13)),
         ],
+        "gnu-help": [(command, help_text(command)) for command in ("ls", "sort", "grep")],
     }
     for name, sources in sets.items():
         out = HERE / name / "documents.json"
         out.parent.mkdir(exist_ok=True)
-        docs = documents(sources)
+        docs = documents(sources, chunk_lines if name == "gnu-help" else chunk)
         out.write_text(json.dumps({"documents": docs}, indent=1, ensure_ascii=False) + "\n")
         print(f"{name}: {len(docs)} passages -> {out}")
 

@@ -78,20 +78,46 @@ class Unit:
     text: str
 
 
+# A line that starts a list item: a bullet, "1." / "1)", or a command-line option.
+_ITEM_START = re.compile(r"[ \t]*(?:[-*+\u2022][ \t]|\d+[.)][ \t]|--?[A-Za-z0-9])")
+
+
+def _line_items(passage: str, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The items of a list-like paragraph (option tables, bullet lists): each
+    line that starts an item, with the lines that continue it. Fewer than two
+    items: [] (prose, even hard-wrapped, stays whole)."""
+    starts = [
+        lo + m.start()
+        for m in re.finditer(r"^.*$", passage[lo:hi], re.MULTILINE)
+        if _ITEM_START.match(m.group())
+    ]
+    if len(starts) < 2:
+        return []
+    bounds = [lo, *(s for s in starts if s > lo), hi]
+    return [(a, b) for a, b in itertools.pairwise(bounds) if passage[a:b].strip()]
+
+
 def units(passage: str, max_chars: int = 300) -> list[Unit]:
     """The passage cut into units: paragraphs, a heading-like paragraph (short,
     no closing punctuation: "r(eturn)", "str.zfill(width)") joined to the one
-    it introduces, and a paragraph longer than `max_chars` cut into sentences
-    (then between words). Offsets index the passage exactly."""
-    paragraphs = [
-        (m.start(), m.end()) for m in re.finditer(r"\S[^\n]*(?:\n(?!\s*\n)[^\n]*)*", passage)
-    ]
+    it introduces, the items of a list-like paragraph (one option of an option
+    table with its continuation lines, one bullet), and a paragraph longer than
+    `max_chars` cut into sentences (then between words). Offsets index the
+    passage exactly."""
+    paragraphs: list[tuple[int, int]] = []
+    items: set[int] = set()  # indices of list items: never taken for headings
+    for m in re.finditer(r"\S[^\n]*(?:\n(?!\s*\n)[^\n]*)*", passage):
+        line_start = passage.rfind("\n", 0, m.start()) + 1  # an item's indentation counts
+        found = _line_items(passage, line_start, m.end())
+        items.update(range(len(paragraphs), len(paragraphs) + len(found)))
+        paragraphs += found or [(m.start(), m.end())]
     entries: list[tuple[int, int, int]] = []  # (start, body start, end)
     i = 0
     while i < len(paragraphs):
         lo, hi = paragraphs[i]
         head = passage[lo:hi].rstrip()
-        if i + 1 < len(paragraphs) and len(head) < 80 and not head.endswith((".", "!", "?", ":")):
+        heading = i not in items and len(head) < 80 and not head.endswith((".", "!", "?", ":"))
+        if heading and i + 1 < len(paragraphs):
             entries.append((lo, paragraphs[i + 1][0], paragraphs[i + 1][1]))
             i += 2
         else:
