@@ -1,14 +1,18 @@
 """Cut extracted text into passages with exact code-point spans: paragraphs
 (blank-line separated) merged up to `target` characters, a longer paragraph
-cut at sentence ends (or spaces). `text[start:end]` is always the chunk."""
+cut before a list item (an option of an option table, a bullet), else at
+sentence ends, else at spaces. `text[start:end]` is always the chunk."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
+from flask_app.rag.text import ITEM_START
+
 _PARAGRAPH = re.compile(r"\n\s*\n|\f")
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
+_LINE_START = re.compile(r"(?<=\n)")
 
 
 @dataclass(frozen=True)
@@ -35,12 +39,17 @@ def _paragraphs(text: str) -> list[tuple[int, int]]:
 
 
 def _split_long(text: str, lo: int, hi: int, limit: int) -> list[tuple[int, int]]:
-    """Cut [lo, hi) into pieces of at most `limit` characters at sentence ends,
-    else at spaces, else hard."""
+    """Cut [lo, hi) into pieces of at most `limit` characters before a line
+    that starts a list item, else at sentence ends, else at spaces, else hard."""
     out = []
     while hi - lo > limit:
         window = text[lo : lo + limit]
-        cut = max((m.end() for m in _SENTENCE_END.finditer(window)), default=0)
+        cut = max(
+            (m.end() for m in _LINE_START.finditer(window) if ITEM_START.match(window, m.end())),
+            default=0,
+        )
+        if cut < limit // 3:
+            cut = max((m.end() for m in _SENTENCE_END.finditer(window)), default=0)
         if cut < limit // 3:
             cut = window.rfind(" ") + 1
         if cut <= 0:

@@ -79,7 +79,7 @@ class Unit:
 
 
 # A line that starts a list item: a bullet, "1." / "1)", or a command-line option.
-_ITEM_START = re.compile(r"[ \t]*(?:[-*+\u2022][ \t]|\d+[.)][ \t]|--?[A-Za-z0-9])")
+ITEM_START = re.compile(r"[ \t]*(?:[-*+\u2022][ \t]|\d+[.)][ \t]|--?[A-Za-z0-9])")
 
 
 def _line_items(passage: str, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -89,7 +89,7 @@ def _line_items(passage: str, lo: int, hi: int) -> list[tuple[int, int]]:
     starts = [
         lo + m.start()
         for m in re.finditer(r"^.*$", passage[lo:hi], re.MULTILINE)
-        if _ITEM_START.match(m.group())
+        if ITEM_START.match(m.group())
     ]
     if len(starts) < 2:
         return []
