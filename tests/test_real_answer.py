@@ -108,7 +108,7 @@ def test_a_fixed_subset_of_the_evaluation_stays_above_a_floor(fresh: FlaskClient
     from benches.rag_eval import is_refusal, mentions
 
     answered = refused = n_answerable = n_unanswerable = 0
-    for name in ("own", "python-reference", "maketext-article"):
+    for name in ("own", "python-reference", "maketext-article", "gnu-help"):
         docs = json.loads((eval_dir / name / "documents.json").read_text())["documents"]
         for lo in range(0, len(docs), 64):
             batch = {"store_mode": "text", "items": docs[lo : lo + 64]}
