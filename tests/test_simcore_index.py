@@ -268,3 +268,55 @@ def test_upsert_reads_a_fortran_order_matrix_by_rows() -> None:
     index.upsert(["a", "b", "c"], rows)
     stored = index.get("b")
     assert stored is not None and stored.tolist() == [5.0, 6.0, 7.0, 8.0]
+
+
+# Readers search from several threads while a writer upserts and compacts. The
+# index lock used to be taken with the GIL held: a reader waiting for it
+# (behind a waiting writer) kept the GIL from a reader holding the lock, and
+# all three hung. Run in a child process, so a hang fails instead of hanging.
+CONCURRENT_READERS_AND_WRITER = """
+import threading, time
+import numpy as np
+from flask_app import simcore
+
+rng = np.random.default_rng(0)
+index = simcore.Index(64)
+ids = [f"r{i}" for i in range(20_000)]
+index.upsert(ids, rng.standard_normal((len(ids), 64)).astype(np.float32))
+stop = time.monotonic() + 2.0
+searches = [0, 0, 0]
+
+def read(slot):
+    q = rng.standard_normal(64).astype(np.float32)
+    while time.monotonic() < stop:
+        index.search(q, 10)
+        len(index), "r1" in index, index.rows
+        searches[slot] += 1
+
+readers = [threading.Thread(target=read, args=(i,)) for i in range(3)]
+for t in readers:
+    t.start()
+rounds = 0
+while time.monotonic() < stop:
+    index.upsert(ids[:10_000], rng.standard_normal((10_000, 64)).astype(np.float32))
+    index.compact()
+    rounds += 1
+for t in readers:
+    t.join()
+print("ok", rounds, sum(searches))
+"""
+
+
+def test_readers_and_a_writer_in_threads_never_deadlock() -> None:
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", CONCURRENT_READERS_AND_WRITER],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("threads searching while another writes and compacts hung")
+    assert done.returncode == 0, done.stderr
+    word, rounds, searches = done.stdout.split()
+    assert word == "ok" and int(rounds) > 0 and int(searches) > 0

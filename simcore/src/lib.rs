@@ -255,7 +255,8 @@ mod python {
 
     /// A collection's vectors: string ids, upsert/delete, exact top-k search.
     /// Thread-safe: searches run in parallel (without the GIL), writes are
-    /// exclusive.
+    /// exclusive. The lock is only ever taken without the GIL, so a thread
+    /// holding it never waits for the GIL held by one waiting for it.
     #[pyclass(frozen, module = "flask_app.simcore")]
     struct Index {
         inner: RwLock<CoreIndex>,
@@ -276,10 +277,23 @@ mod python {
             }
         }
 
-        fn hits_to_py<'py>(py: Python<'py>, index: &CoreIndex, hits: &[Hit]) -> IdsScores<'py> {
+        /// `f` with shared access, run without the GIL.
+        fn reading<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&CoreIndex) -> R + Send) -> R {
+            py.detach(|| f(&self.read()))
+        }
+
+        /// `f` with exclusive access, run without the GIL.
+        fn writing<R: Send>(
+            &self,
+            py: Python<'_>,
+            f: impl FnOnce(&mut CoreIndex) -> R + Send,
+        ) -> R {
+            py.detach(|| f(&mut self.write()))
+        }
+
+        fn owned_hits(index: &CoreIndex, hits: &[Hit]) -> (Vec<String>, Vec<f32>) {
             let ids = hits.iter().map(|h| index.id_of(h.row).to_owned()).collect();
-            let scores: Vec<f32> = hits.iter().map(|h| h.score).collect();
-            (ids, scores.into_pyarray(py))
+            (ids, hits.iter().map(|h| h.score).collect())
         }
     }
 
@@ -308,48 +322,49 @@ mod python {
         }
 
         #[getter]
-        fn dim(&self) -> usize {
-            self.read().dim()
+        fn dim(&self, py: Python<'_>) -> usize {
+            self.reading(py, CoreIndex::dim)
         }
 
         /// Stored rows including deleted ones (what a scan reads).
         #[getter]
-        fn rows(&self) -> usize {
-            self.read().rows()
+        fn rows(&self, py: Python<'_>) -> usize {
+            self.reading(py, CoreIndex::rows)
         }
 
         #[getter]
-        fn deleted_rows(&self) -> usize {
-            self.read().deleted_rows()
+        fn deleted_rows(&self, py: Python<'_>) -> usize {
+            self.reading(py, CoreIndex::deleted_rows)
         }
 
         #[getter]
-        fn path(&self) -> Option<PathBuf> {
-            self.read().path().map(PathBuf::from)
+        fn path(&self, py: Python<'_>) -> Option<PathBuf> {
+            self.reading(py, |index| index.path().map(PathBuf::from))
         }
 
         /// Threads one search may use (default: available cores).
         #[getter]
-        fn threads(&self) -> usize {
-            self.read().threads()
+        fn threads(&self, py: Python<'_>) -> usize {
+            self.reading(py, CoreIndex::threads)
         }
 
         #[setter]
-        fn set_threads(&self, threads: usize) {
-            self.write().set_threads(threads);
+        fn set_threads(&self, py: Python<'_>, threads: usize) {
+            self.writing(py, |index| index.set_threads(threads));
         }
 
-        fn __len__(&self) -> usize {
-            self.read().len()
+        fn __len__(&self, py: Python<'_>) -> usize {
+            self.reading(py, CoreIndex::len)
         }
 
-        fn __contains__(&self, id: &str) -> bool {
-            self.read().contains(id)
+        fn __contains__(&self, py: Python<'_>, id: &str) -> bool {
+            self.reading(py, |index| index.contains(id))
         }
 
         /// The stored vector of `id`, or None.
         fn get<'py>(&self, py: Python<'py>, id: &str) -> Option<Bound<'py, PyArray1<f32>>> {
-            self.read().get(id).map(|v| v.into_pyarray(py))
+            self.reading(py, |index| index.get(id))
+                .map(|v| v.into_pyarray(py))
         }
 
         /// Insert or replace `vectors` (n x dim) under `ids` (n strings).
@@ -367,22 +382,22 @@ mod python {
                     ids.len()
                 )));
             }
-            let dim = self.read().dim();
+            let dim = self.reading(py, CoreIndex::dim);
             if n > 0 && d != dim {
                 return Err(to_py(SimcoreError::DimensionMismatch {
                     expected: dim,
                     got: d,
                 }));
             }
-            let stats = py
-                .detach(|| self.write().upsert(&ids, &values))
+            let stats = self
+                .writing(py, |index| index.upsert(&ids, &values))
                 .map_err(to_py)?;
             Ok((stats.inserted, stats.replaced))
         }
 
         /// Delete ids; returns, per id, whether it was present.
         fn delete(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<Vec<bool>> {
-            py.detach(|| self.write().delete(&ids)).map_err(to_py)
+            self.writing(py, |index| index.delete(&ids)).map_err(to_py)
         }
 
         /// Drop deleted rows from storage. Searches go on while the live rows
@@ -412,10 +427,8 @@ mod python {
             check_k(k)?;
             let mode = parse_mode(mode, oversample)?;
             let query = vector(&query);
-            let guard = self.read();
-            let index = &*guard;
-            let hits = py
-                .detach(|| {
+            let (ids, scores) = self
+                .reading(py, |index| {
                     let rows: Option<Vec<u32>> = allow.map(|ids| {
                         let mut rows: Vec<u32> =
                             ids.iter().filter_map(|id| index.row_of(id)).collect();
@@ -423,10 +436,11 @@ mod python {
                         rows.dedup();
                         rows
                     });
-                    index.search(&query, k, mode, rows.as_deref())
+                    let hits = index.search(&query, k, mode, rows.as_deref())?;
+                    Ok(Self::owned_hits(index, &hits))
                 })
                 .map_err(to_py)?;
-            Ok(Self::hits_to_py(py, index, &hits))
+            Ok((ids, scores.into_pyarray(py)))
         }
 
         /// Top-k for each row of `queries` (nq x dim) in one pass over memory.
@@ -442,20 +456,24 @@ mod python {
             check_k(k)?;
             let mode = parse_mode(mode, oversample)?;
             let (values, _, d) = matrix(&queries);
-            let guard = self.read();
-            let index = &*guard;
-            if !values.is_empty() && d != index.dim() {
-                return Err(to_py(SimcoreError::DimensionMismatch {
-                    expected: index.dim(),
-                    got: d,
-                }));
-            }
-            let results = py
-                .detach(|| index.search_batch(&values, k, mode))
+            let results = self
+                .reading(py, |index| {
+                    if !values.is_empty() && d != index.dim() {
+                        return Err(SimcoreError::DimensionMismatch {
+                            expected: index.dim(),
+                            got: d,
+                        });
+                    }
+                    let found = index.search_batch(&values, k, mode)?;
+                    Ok(found
+                        .iter()
+                        .map(|hits| Self::owned_hits(index, hits))
+                        .collect::<Vec<_>>())
+                })
                 .map_err(to_py)?;
             Ok(results
-                .iter()
-                .map(|hits| Self::hits_to_py(py, index, hits))
+                .into_iter()
+                .map(|(ids, scores)| (ids, scores.into_pyarray(py)))
                 .collect())
         }
 
@@ -464,28 +482,27 @@ mod python {
         /// an exact scan reads.
         #[pyo3(signature = (threads = None))]
         fn read_baseline(&self, py: Python<'_>, threads: Option<usize>) -> f32 {
-            let guard = self.read();
-            let index = &*guard;
-            let threads = threads.unwrap_or(index.threads());
-            py.detach(|| index.read_baseline(threads))
+            self.reading(py, |index| {
+                index.read_baseline(threads.unwrap_or(index.threads()))
+            })
         }
 
         /// Bytes an exact (f32) and an int8 scan read.
         #[getter]
-        fn scan_bytes(&self) -> (usize, usize) {
-            let index = self.read();
-            index.scan_bytes()
+        fn scan_bytes(&self, py: Python<'_>) -> (usize, usize) {
+            self.reading(py, CoreIndex::scan_bytes)
         }
 
-        fn __repr__(&self) -> String {
-            let index = self.read();
-            format!(
-                "Index(dim={}, len={}, rows={}, path={:?})",
-                index.dim(),
-                index.len(),
-                index.rows(),
-                index.path()
-            )
+        fn __repr__(&self, py: Python<'_>) -> String {
+            self.reading(py, |index| {
+                format!(
+                    "Index(dim={}, len={}, rows={}, path={:?})",
+                    index.dim(),
+                    index.len(),
+                    index.rows(),
+                    index.path()
+                )
+            })
         }
     }
 
