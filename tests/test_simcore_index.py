@@ -320,3 +320,24 @@ def test_readers_and_a_writer_in_threads_never_deadlock() -> None:
     assert done.returncode == 0, done.stderr
     word, rounds, searches = done.stdout.split()
     assert word == "ok" and int(rounds) > 0 and int(searches) > 0
+
+
+def test_compactions_from_two_threads_take_turns(tmp_path: Path) -> None:
+    """Two compactions at once would write the same new generation."""
+    rng = np.random.default_rng(4)
+    index = simcore.Index.create(tmp_path / "idx", 32)
+    ids = [f"r{i}" for i in range(20_000)]
+    vectors = rng.standard_normal((len(ids), 32)).astype(np.float32)
+    index.upsert(ids, vectors)
+    index.delete(ids[:15_000])
+    results: list[bool] = []
+    threads = [threading.Thread(target=lambda: results.append(index.compact())) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results) == [True, True] and (len(index), index.rows) == (5_000, 5_000)
+    reopened = simcore.Index.open(tmp_path / "idx")
+    assert (len(reopened), reopened.rows) == (5_000, 5_000)
+    stored = reopened.get("r19999")
+    assert stored is not None and np.array_equal(stored, vectors[-1])

@@ -451,7 +451,8 @@ impl Index {
 
     /// The expensive half of a compaction, with read access only: the live
     /// rows encoded again and, when persistent, written and synced as a new
-    /// generation that is not yet current.
+    /// generation that is not yet current. One at a time per index: two
+    /// would write the same generation.
     pub fn prepare_compaction(&self) -> Result<Compaction, SimcoreError> {
         let live: Vec<usize> = (0..self.rows()).filter(|&r| !self.deleted[r]).collect();
         let mut values = Vec::with_capacity(live.len() * self.dim);

@@ -15,7 +15,7 @@ pub mod topk;
 #[cfg(feature = "python")]
 mod python {
     use std::path::PathBuf;
-    use std::sync::RwLock;
+    use std::sync::{Mutex, RwLock};
 
     use numpy::{
         AllowTypeChange, IntoPyArray, PyArray1, PyArray2, PyArrayLike1, PyArrayLike2,
@@ -260,6 +260,8 @@ mod python {
     #[pyclass(frozen, module = "flask_app.simcore")]
     struct Index {
         inner: RwLock<CoreIndex>,
+        /// One compaction at a time: two would write the same new generation.
+        compacting: Mutex<()>,
     }
 
     impl Index {
@@ -274,6 +276,7 @@ mod python {
         fn wrap(index: CoreIndex) -> Self {
             Index {
                 inner: RwLock::new(index),
+                compacting: Mutex::new(()),
             }
         }
 
@@ -405,6 +408,7 @@ mod python {
         /// Returns false, changing nothing, when a write came in between.
         fn compact(&self, py: Python<'_>) -> PyResult<bool> {
             py.detach(|| {
+                let _one = self.compacting.lock().unwrap_or_else(|e| e.into_inner());
                 let prepared = self.read().prepare_compaction()?;
                 self.write().finish_compaction(prepared)
             })
