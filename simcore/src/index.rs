@@ -148,11 +148,14 @@ pub struct Index {
 /// `Index::finish_compaction` (write access, brief).
 pub struct Compaction {
     changes: u64,
-    ids: Vec<String>,
-    /// in memory: the encoded rows; persistent: none (they are on disk)
-    enc: Option<Encoded>,
-    /// persistent: the new generation, written and synced, not yet current
-    generation: Option<String>,
+    rows: Prepared,
+}
+
+enum Prepared {
+    /// an in-memory index's live rows, encoded
+    InMemory { ids: Vec<String>, enc: Encoded },
+    /// a persistent index's new generation, written and synced, not yet current
+    OnDisk { generation: String },
 }
 
 impl Index {
@@ -464,9 +467,7 @@ impl Index {
         let Some((root, files)) = self.files.as_ref() else {
             return Ok(Compaction {
                 changes: self.changes,
-                ids,
-                enc: Some(enc),
-                generation: None,
+                rows: Prepared::InMemory { ids, enc },
             });
         };
         let id_bytes = file::encode_ids(ids.iter().map(String::as_str));
@@ -483,9 +484,7 @@ impl Index {
             .map_err(|e| io_error(root, e))?;
         Ok(Compaction {
             changes: self.changes,
-            ids,
-            enc: None,
-            generation: Some(generation),
+            rows: Prepared::OnDisk { generation },
         })
     }
 
@@ -494,20 +493,22 @@ impl Index {
     /// changed after it was prepared (its generation is removed).
     pub fn finish_compaction(&mut self, prepared: Compaction) -> Result<bool, SimcoreError> {
         if prepared.changes != self.changes {
-            if let (Some(name), Some((root, _))) = (&prepared.generation, &self.files) {
-                IndexFiles::discard(root, name).map_err(|e| io_error(root, e))?;
+            if let (Prepared::OnDisk { generation }, Some((root, _))) =
+                (&prepared.rows, &self.files)
+            {
+                IndexFiles::discard(root, generation).map_err(|e| io_error(root, e))?;
             }
             return Ok(false);
         }
-        match (prepared.generation, prepared.enc, self.files.as_mut()) {
-            (Some(name), _, Some((root, files))) => {
+        match (prepared.rows, self.files.as_mut()) {
+            (Prepared::OnDisk { generation }, Some((root, files))) => {
                 let (new_files, loaded) =
-                    IndexFiles::switch_to(root, &name).map_err(|e| io_error(root, e))?;
+                    IndexFiles::switch_to(root, &generation).map_err(|e| io_error(root, e))?;
                 *files = new_files;
                 self.load(loaded);
             }
-            (None, Some(enc), None) => {
-                let rows = prepared.ids.len();
+            (Prepared::InMemory { ids, enc }, None) => {
+                let rows = ids.len();
                 self.f32 = Rows {
                     base: None,
                     base_rows: 0,
@@ -522,13 +523,12 @@ impl Index {
                 };
                 self.scales = enc.scales;
                 self.sums = enc.sums;
-                self.lookup = prepared
-                    .ids
+                self.lookup = ids
                     .iter()
                     .enumerate()
                     .map(|(r, id)| (id.clone(), r as u32))
                     .collect();
-                self.ids = prepared.ids;
+                self.ids = ids;
                 self.deleted = vec![false; rows];
                 self.n_deleted = 0;
             }
