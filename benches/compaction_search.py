@@ -25,7 +25,9 @@ from flask_app.store import Store
 from flask_app.store.collection import Collection
 
 
-def fill(collection: Collection, n: int, dim: int, seed: int) -> list[str]:
+def fill_one_delete_short_of_compaction(
+    collection: Collection, n: int, dim: int, seed: int
+) -> list[str]:
     """n live rows and n - 1 dead ones: one delete short of a compaction."""
     rng = np.random.default_rng(seed)
     ids = [f"r{i}" for i in range(n)]
@@ -91,7 +93,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 store = Store(Path(tmp))
                 collection = store.edge()
-                ids = fill(collection, args.n, args.dim, round_no)
+                ids = fill_one_delete_short_of_compaction(collection, args.n, args.dim, round_no)
                 result = run(collection, ids, args.dim, hold_lock=mode == "lock_held")
                 store.close()
             results[mode].append(result)

@@ -71,16 +71,17 @@ def parse_sse(chunks: Any) -> Iterator[tuple[str, Any]]:
             yield event, data
 
 
-def normalise(text: str) -> str:
-    return text.lower().replace("\u2019", "'").replace("`", "")
+def normalise(text: str, *, keep_case: bool = False) -> str:
+    text = text.replace("\u2019", "'").replace("`", "")
+    return text if keep_case else text.lower()
 
 
 def mentions(text: str, spellings: list[str]) -> bool:
     """Some spelling appears in `text` as a whole token (so "ll" is not found in
     "all"), ignoring case, except for command-line options (spellings starting
     with "-": `-v` is not `-V`)."""
-    lowered = normalise(text)
-    exact = text.replace("\u2019", "'").replace("`", "")
+    exact = normalise(text, keep_case=True)
+    lowered = exact.lower()
     # a plural or third-person ending still counts ("monday" in "Mondays")
     pattern = r"(?<![A-Za-z0-9]){}(?:s|es)?(?![A-Za-z0-9])"
     return any(

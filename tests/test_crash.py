@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import requests
 
+from flask_app.store import Store
 from tests.http_client import start_server
 
 DIM = 128
@@ -210,8 +211,6 @@ def write_versions(
     `short_of_compaction`, of only as many as leave the dead rows one short
     of the live ones, so that the next delete through the server compacts).
     Returns the ids written."""
-    from flask_app.store import Store
-
     table = compact_vectors(version)
     store = Store(data_dir)
     try:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import requests
 
+from benches.compaction_search import fill_one_delete_short_of_compaction
 from flask_app import simcore
 from flask_app.store import Collection, CollectionUnavailable, DataDirLocked, Store
 from flask_app.store.collection import COMPACT_MIN_DEAD
@@ -272,16 +273,8 @@ def test_searches_go_on_while_a_compaction_rewrites_the_index(
     caplog.set_level("INFO", logger="edgerag.store")
     n, dim = 60_000, 128
     rng = np.random.default_rng(3)
-    ids = [f"r{i}" for i in range(n)]
     collection = Store(tmp_path / "data").edge()
-    for version in range(2):  # every row but one replaced: one dead row short
-        batch = ids if version == 0 else ids[:-1]
-        for lo in range(0, len(batch), 10_000):
-            part = batch[lo : lo + 10_000]
-            vectors = rng.standard_normal((len(part), dim)).astype(np.float32)
-            collection.upsert(
-                part, vectors, part, [None] * len(part), mode="vector", embedding_model=None
-            )
+    ids = fill_one_delete_short_of_compaction(collection, n, dim, seed=3)
     assert not any("compacting" in r.getMessage() for r in caplog.records)
 
     deleter = threading.Thread(target=lambda: collection.delete([ids[0]]))
