@@ -140,6 +140,26 @@ def test_an_answer_that_restates_the_question_gets_the_evidence_quoted(tmp_path:
     assert "".join(deltas) == done["answer"] == body["answer"]
 
 
+def test_an_answer_that_echoes_the_which_phrase_gets_the_line_it_paraphrased(
+    tmp_path: Path,
+) -> None:
+    backend = ScriptedBackend("The sort option changes the number of sorts run concurrently to N.")
+    client = build(tmp_path, backend).test_client()
+    table = (
+        "  -k, --key=KEYDEF          sort via a key; KEYDEF gives location and type\n"
+        "      --parallel=N          change the number of sorts run concurrently to N\n"
+        "  -S, --buffer-size=SIZE    use SIZE for main memory buffer"
+    )
+    items = [{"id": "sort", "text": table}]
+    assert client.post("/upload", json={"store_mode": "text", "items": items}).status_code == 200
+    q = "Which sort option changes the number of sorts run concurrently?"
+    body = client.post("/answer", json={"query": q}).get_json()
+    assert body["answer"] == (
+        "The sort option changes the number of sorts run concurrently to N. The documents say: "
+        '"--parallel=N          change the number of sorts run concurrently to N"'
+    )
+
+
 def test_an_answer_that_loops_is_stopped_not_run_to_max_tokens(tmp_path: Path) -> None:
     backend = ScriptedBackend("It opened in 1" + " 0" * 200)
     client = build(tmp_path, backend).test_client()

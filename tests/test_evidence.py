@@ -10,7 +10,13 @@ from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.rag import evidence, retrieval
 from flask_app.rag import text as text_units
-from flask_app.rag.answer import AnswerConfig, ground, repeating_tail, restates
+from flask_app.rag.answer import (
+    AnswerConfig,
+    echoes_subject,
+    ground,
+    repeating_tail,
+    restates,
+)
 from flask_app.rag.pipeline import Question
 from flask_app.rag.text import STOPWORDS, stem, term_set, terms, units
 from flask_app.store import Collection, Hit
@@ -144,6 +150,30 @@ def test_restating_the_question_adds_nothing() -> None:
     assert restates("The pdb command continues until the current function exits.", q)
     assert not restates("The r(eturn) command.", q)
     assert not restates("", q)
+
+
+def test_an_answer_that_echoes_the_which_phrase_never_says_which() -> None:
+    q = "Which ls option sets the output width?"
+    assert echoes_subject("The ls option sets the output width to COLS.", q)
+    assert not echoes_subject("The ls option -w sets the output width.", q)
+    assert not echoes_subject("-w, --width=COLS", q)
+    assert not echoes_subject("The ls option that sets it is --width.", q)
+    assert not echoes_subject("The museum is closed on Mondays.", "When is the museum closed?")
+
+
+def test_the_quoted_line_is_the_one_the_answer_paraphrased() -> None:
+    table = OPTIONS + "\n  -w, --width=COLS           set output width to COLS.  0 means no limit"
+    piece = evidence.Evidence(0, 0, len(table), table, 1.0)
+    q = "Which ls option sets the width of the output?"
+    line = evidence.supporting_unit("The ls option sets the output width to COLS.", q, [piece])
+    assert line is not None and line.startswith("-w, --width=COLS")
+    # the author line holds what the answer said beyond the question
+    q = "Which ls option prints extra information with -l?"
+    line = evidence.supporting_unit("The ls option prints the author of each file.", q, [piece])
+    assert line is not None and line.startswith("--author")
+    assert evidence.supporting_unit("Anything.", q, []) is None
+    # nothing said beyond the question: no line is singled out
+    assert evidence.supporting_unit("The ls option prints extra information.", q, [piece]) is None
 
 
 def upsert(c: Collection, docs: dict[str, str], embedder: HashEmbedder) -> None:

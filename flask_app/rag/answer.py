@@ -15,8 +15,9 @@ generating when the first token's distribution gives the refusal more than
 `refusal_probability` × the evidence score (read from the answer's own prompt:
 no extra prompt, so the system prompt stays in the KV cache; the weaker the
 evidence, the stricter the gate). An answer that only restates the
-question gets the best evidence line appended as a quote; one that starts
-looping on a short piece ("1000000…") is stopped there.
+question, or answers "Which …" with the question's own subject, gets an
+evidence line appended as a quote (the one it paraphrased, else the best);
+one that starts looping on a short piece ("1000000…") is stopped there.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from flask_app.rag.pipeline import (
     build_prompt,
     clean_stream,
 )
-from flask_app.rag.text import STOPWORDS, terms
+from flask_app.rag.text import STOPWORDS, terms, words
 from flask_app.store import Hit
 
 
@@ -154,6 +155,16 @@ def restates(answer: str, question: str) -> bool:
     return bool(said) and said <= set(terms(question))
 
 
+def echoes_subject(answer: str, question: str) -> bool:
+    """A "Which …" question answered with its own subject ("Which ls option
+    sets the output width?" → "The ls option sets the output width to COLS."):
+    the answer never says which."""
+    asked, said = words(question), words(answer)
+    if len(asked) < 4 or asked[0] != "which":
+        return False
+    return said[:1] == ["the"] and said[1:4] == asked[1:4]
+
+
 class AnswerStream:
     """Deltas of one answer; joined they are exactly the final answer."""
 
@@ -199,8 +210,10 @@ class AnswerStream:
         best = self._grounding.best
         if not form.quote_restatements or best is None:
             return
-        if not text.strip() or restates(text, self._question.query):
-            yield prompts.quote_suffix(best.text, bool(text.strip()))
+        query = self._question.query
+        if not text.strip() or restates(text, query) or echoes_subject(text, query):
+            line = evidence.supporting_unit(text, query, self._grounding.pieces) or best.text
+            yield prompts.quote_suffix(line, bool(text.strip()))
 
     def close(self) -> None:
         if self._tokens is not None:

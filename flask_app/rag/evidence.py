@@ -80,6 +80,21 @@ def supporting(answer: str, question: str, passages: Sequence[str]) -> list[int]
     return [i for i, n in enumerate(overlap) if n == best] if best else []
 
 
+def supporting_unit(answer: str, question: str, pieces: Sequence[Evidence]) -> str | None:
+    """The unit of the pieces that holds most of what the answer said beyond
+    the question (idf-weighted over those units; of equals, the one holding
+    most of the question, then the first): the line an answer that named
+    nothing was paraphrasing. None when the answer said nothing the pieces hold."""
+    said = [t for t in terms(answer) if t not in set(terms(question))]
+    cut = [u.text for piece in pieces for u in units(piece.text)]
+    if not said or not cut:
+        return None
+    held = [term_set(u) for u in cut]
+    by_answer, by_question = _coverage(said, held), _coverage(terms(question), held)
+    top = max(range(len(cut)), key=lambda i: (by_answer[i], by_question[i], -i))
+    return cut[top] if by_answer[top] > 0 else None
+
+
 def cited_sentence(answer: str, question: str, passage: str, piece: Evidence) -> tuple[int, int]:
     """Where a citation of `piece` for `answer` points (passage offsets): the
     fewest consecutive sentences of the piece that hold every content word of
