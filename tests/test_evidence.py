@@ -159,6 +159,14 @@ def test_an_answer_that_echoes_the_which_phrase_never_says_which() -> None:
     assert not echoes_subject("-w, --width=COLS", q)
     assert not echoes_subject("The ls option that sets it is --width.", q)
     assert not echoes_subject("The museum is closed on Mondays.", "When is the museum closed?")
+    # an echo that goes on to name something (rightly or not) is an answer
+    assert not echoes_subject("The ls option sets the output width to COLS. -w, --width", q)
+    assert not echoes_subject("The ls option sets the output width to 80.", q)
+    q = "Which ls option prints sizes like 1K 234M 2G in a long listing?"
+    assert not echoes_subject(
+        "The ls option prints sizes like 1K 234M 2G in a long listing is -s.", q
+    )
+    assert echoes_subject("The ls option prints sizes like 1K 234M 2G in a human format.", q)
 
 
 def test_the_quoted_line_is_the_one_the_answer_paraphrased() -> None:

@@ -22,6 +22,7 @@ one that starts looping on a short piece ("1000000…") is stopped there.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
@@ -155,14 +156,30 @@ def restates(answer: str, question: str) -> bool:
     return bool(said) and said <= set(terms(question))
 
 
+# a token that names something: an option, a number, code, a quoted string
+_NAME_LIKE = re.compile(r"^-|\d|[._:()/`'\"=]")
+
+
+def names_something(answer: str, question: str) -> bool:
+    """The answer holds a name-like token the question does not ("-s",
+    "1024", "str.zfill", "`-c`")."""
+    asked = {token.strip(".,;!?").lower() for token in question.split()}
+    for token in answer.split():
+        word = token.strip(".,;!?")
+        if word and word.lower() not in asked and _NAME_LIKE.search(word):
+            return True
+    return False
+
+
 def echoes_subject(answer: str, question: str) -> bool:
-    """A "Which …" question answered with its own subject ("Which ls option
-    sets the output width?" → "The ls option sets the output width to COLS."):
-    the answer never says which."""
+    """A "Which …" question answered with its own subject and nothing that
+    names an answer ("Which ls option sets the output width?" → "The ls
+    option sets the output width to COLS."): the answer never says which."""
     asked, said = words(question), words(answer)
     if len(asked) < 4 or asked[0] != "which":
         return False
-    return said[:1] == ["the"] and said[1:4] == asked[1:4]
+    echoed = said[:1] == ["the"] and said[1:4] == asked[1:4]
+    return echoed and not names_something(answer, question)
 
 
 class AnswerStream:

@@ -85,7 +85,8 @@ def supporting_unit(answer: str, question: str, pieces: Sequence[Evidence]) -> s
     the question (idf-weighted over those units; of equals, the one holding
     most of the question, then the first): the line an answer that named
     nothing was paraphrasing. None when the answer said nothing the pieces hold."""
-    said = [t for t in terms(answer) if t not in set(terms(question))]
+    asked = set(terms(question))
+    said = [t for t in terms(answer) if t not in asked]
     cut = [u.text for piece in pieces for u in units(piece.text)]
     if not said or not cut:
         return None
