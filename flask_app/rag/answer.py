@@ -15,8 +15,9 @@ generating when the first token's distribution gives the refusal more than
 `refusal_probability` × the evidence score (read from the answer's own prompt:
 no extra prompt, so the system prompt stays in the KV cache; the weaker the
 evidence, the stricter the gate). An answer that only restates the
-question, or answers "Which …" with the question's own subject, gets an
-evidence line appended as a quote (the one it paraphrased, else the best);
+question, or answers "Which …" with the question's own subject and names
+nothing, gets an evidence line appended as a quote (the one it paraphrased,
+else the best);
 one that starts looping on a short piece ("1000000…") is stopped there.
 """
 
