@@ -61,6 +61,14 @@ fn brute(index_vectors: &[(String, Vec<f32>)], q: &[f32], k: usize) -> Vec<Strin
         .collect()
 }
 
+/// A persistent index at `root` holding `data` as id-0.., the first `deleted` deleted.
+fn with_deleted(root: &std::path::Path, dim: usize, data: &[f32], deleted: usize) -> Index {
+    let mut index = Index::create(root, dim).unwrap();
+    index.upsert(&ids(0..data.len() / dim), data).unwrap();
+    index.delete(&ids(0..deleted)).unwrap();
+    index
+}
+
 fn hit_ids(index: &Index, hits: &[simcore::topk::Hit]) -> Vec<String> {
     hits.iter().map(|h| index.id_of(h.row).to_owned()).collect()
 }
@@ -250,9 +258,7 @@ fn compaction_survives_reopen_and_keeps_appending() {
     let dim = 16;
     let data = vectors(50, dim, 10);
     {
-        let mut index = Index::create(&tmp.0, dim).unwrap();
-        index.upsert(&ids(0..50), &data).unwrap();
-        index.delete(&ids(0..25)).unwrap();
+        let mut index = with_deleted(&tmp.0, dim, &data, 25);
         index.compact().unwrap();
         assert_eq!((index.len(), index.rows()), (25, 25));
         index.upsert(&["new"], &data[..dim]).unwrap();
@@ -277,9 +283,7 @@ fn a_prepared_compaction_leaves_the_index_as_it_was_until_installed() {
     let tmp = TempDir::new();
     let dim = 16;
     let data = vectors(40, dim, 12);
-    let mut index = Index::create(&tmp.0, dim).unwrap();
-    index.upsert(&ids(0..40), &data).unwrap();
-    index.delete(&ids(0..30)).unwrap();
+    let mut index = with_deleted(&tmp.0, dim, &data, 30);
     let before = generation(&tmp.0);
     let prepared = index.prepare_compaction().unwrap();
     // written aside: still the old generation and rows, searchable as before
@@ -301,9 +305,7 @@ fn a_compaction_prepared_before_a_write_is_discarded() {
     let dim = 16;
     let data = vectors(40, dim, 13);
     {
-        let mut index = Index::create(&tmp.0, dim).unwrap();
-        index.upsert(&ids(0..40), &data).unwrap();
-        index.delete(&ids(0..30)).unwrap();
+        let mut index = with_deleted(&tmp.0, dim, &data, 30);
         let prepared = index.prepare_compaction().unwrap();
         index.delete(&ids(30..31)).unwrap();
         assert!(!index.finish_compaction(prepared).unwrap());
