@@ -85,7 +85,9 @@ def mentions(text: str, spellings: list[str]) -> bool:
     # a plural or third-person ending still counts ("monday" in "Mondays")
     pattern = r"(?<![A-Za-z0-9]){}(?:s|es)?(?![A-Za-z0-9])"
     return any(
-        re.search(pattern.format(re.escape(s)), exact if s.startswith("-") else lowered)
+        re.search(pattern.format(re.escape(normalise(s, keep_case=True))), exact)
+        if s.startswith("-")
+        else re.search(pattern.format(re.escape(normalise(s))), lowered)
         for s in spellings
     )
 

@@ -16,6 +16,9 @@ def test_a_fact_counts_only_as_a_whole_token() -> None:
     assert mentions("Use `-v`.", ["--invert-match", "-v"])
     assert not mentions("Use -V.", ["--invert-match", "-v"])
     assert not mentions("Use -vx.", ["-v"])
+    # case is ignored on both sides: a set may spell the fact as the text does
+    assert mentions("Dana Ortiz manages the kiosk.", ["Dana Ortiz"])
+    assert mentions("DANA ORTIZ", ["dana ortiz"])
 
 
 def test_wilson_intervals_match_the_textbook_values() -> None:
