@@ -11,12 +11,12 @@ the evidence gate. No LLM; the real default embedder.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from benches.rag_eval import EVAL, SETS, mentions
+from benches import eval_sets
+from benches.rag_eval import mentions
 from flask_app.app import create_app
 from flask_app.rag import evidence, retrieval
 from flask_app.services import load_services
@@ -24,8 +24,8 @@ from flask_app.settings import Settings
 
 
 def run_set(name: str, split: str, depths: list[int], gate: float) -> list[dict[str, Any]]:
-    documents = json.loads((EVAL / name / "documents.json").read_text())["documents"]
-    questions = json.loads((EVAL / name / "questions.json").read_text())["questions"]
+    evset = eval_sets.load(name)
+    documents, questions = evset.passages(), evset.questions
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings.load({"data_dir": Path(tmp), "no_llm": True}, {})
@@ -69,12 +69,12 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=[5, 8, 10, 15, 20])
     parser.add_argument("--gate", type=float, default=Settings().answer_min_evidence)
     args = parser.parse_args()
-    rows = [r for name in SETS for r in run_set(name, args.split, args.depths, args.gate)]
+    rows = [r for name in eval_sets.SETS for r in run_set(name, args.split, args.depths, args.gate)]
     print(f"{args.split} split, evidence gate {args.gate}")
     for depth in args.depths:
         at = [r for r in rows if r["depth"] == depth]
         cells = []
-        for name in [*SETS, "overall"]:
+        for name in [*eval_sets.SETS, "overall"]:
             part = [r for r in at if name == "overall" or r["set"] == name]
             answerable = [r for r in part if r["answerable"]]
             cells.append(

@@ -3,9 +3,13 @@
     .venv/bin/python benches/rag_eval.py                 # all sets, both splits
     .venv/bin/python benches/rag_eval.py --split dev     # what tuning may look at
 
-Sets (benches/eval/<set>/documents.json + questions.json, see build_sets.py):
-`own` (written by the team), `python-reference` (pdb and str methods from the
-interpreter's help text) and `maketext-article` (a Perl Journal article).
+    .venv/bin/python benches/rag_eval.py --sets /path/to/held-out-set
+
+Sets (benches/eval/<set>/documents.json + questions.json, see build_sets.py
+and benches/eval_sets.py for the format): `own` (written by the team),
+`python-reference` (pdb and str methods from the interpreter's help text),
+`maketext-article` (a Perl Journal article) and `gnu-help` (`--help` of ls,
+sort, grep); any other directory holding the two files runs by its path.
 Each question carries its split; tune on dev, report test.
 
 For each set: a fresh store through the HTTP app, every passage uploaded as a
@@ -43,14 +47,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from benches import eval_sets
+from benches.eval_sets import EvalSet
 from flask_app.api.engine.answer import NOT_FOUND_ANSWER as ENGINE_NOT_FOUND
 from flask_app.app import create_app
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
 from flask_app.services import load_services
 from flask_app.settings import Settings
 
-EVAL = Path(__file__).parent / "eval"
-SETS = ["own", "python-reference", "maketext-article", "gnu-help"]
 REFUSAL = re.compile(
     r"(do not|don't|does not|doesn't|cannot|can't) (have|provide|contain|find|answer)"
     r"|not enough information|no information|not (mentioned|provided|specified|stated|given)"
@@ -238,31 +242,34 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def collection_name(set_name: str) -> str:
+    """The Engine collection a set's files go to (names are [a-z0-9-], at most 63)."""
+    return (re.sub(r"[^a-z0-9-]+", "-", set_name.lower()).strip("-") or "set")[:63]
+
+
 def run_set(
-    name: str,
+    evset: EvalSet,
     splits: set[str],
     limit: int | None,
     quiet: bool,
     surfaces: list[str],
     extract: bool,
 ) -> list[dict[str, Any]]:
-    documents = json.loads((EVAL / name / "documents.json").read_text())["documents"]
-    questions = json.loads((EVAL / name / "questions.json").read_text())["questions"]
-    questions = [q for q in questions if q["split"] in splits][:limit]
+    name = evset.name
+    items = evset.passages()
+    questions = [q for q in evset.questions if q["split"] in splits][:limit]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings.load({"data_dir": Path(tmp)}, os.environ)
         services = load_services(settings)
         app = create_app(settings, services)
         client = app.test_client()
-        for lo in range(0, len(documents), 64):
-            r = client.post(
-                "/upload", json={"store_mode": "text", "items": documents[lo : lo + 64]}
-            )
+        for lo in range(0, len(items), 64):
+            r = client.post("/upload", json={"store_mode": "text", "items": items[lo : lo + 64]})
             assert r.status_code == 200, r.get_json()
         collection = services.store.edge()
-        if "engine" in surfaces:
-            upload_engine(client, app, name, documents)
+        if "engine" in surfaces:  # files are uploaded whole: the server chunks them
+            upload_engine(client, app, collection_name(name), evset.documents)
         for item, surface in [(q, s) for q in questions for s in surfaces]:
             if surface == "answer":
                 got = ask(client, item["q"])
@@ -271,7 +278,7 @@ def run_set(
                 got = ask_lucidworks(client, collection, services.embedder, item["q"], extract)
                 refused = not got["found"]
             else:
-                got = ask_engine(client, name, item["q"])
+                got = ask_engine(client, collection_name(name), item["q"])
                 refused = not got["found"]
             expected = item["expect"]
             if expected is None:
@@ -330,7 +337,13 @@ def tabulate(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sets", nargs="+", default=SETS, choices=SETS)
+    parser.add_argument(
+        "--sets",
+        nargs="+",
+        default=eval_sets.SETS,
+        metavar="SET",
+        help=f"set names under benches/eval ({', '.join(eval_sets.SETS)}) or set directories",
+    )
     parser.add_argument("--split", choices=["dev", "test", "all"], default="all")
     parser.add_argument("--limit", type=int, help="at most this many questions per set")
     parser.add_argument("--json", type=Path, default=Path("benches/results/rag_eval.json"))
@@ -360,12 +373,19 @@ def main() -> None:
         args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
         return
     splits = {"dev", "test"} if args.split == "all" else {args.split}
+    try:
+        chosen = [eval_sets.load(spec) for spec in args.sets]
+    except eval_sets.SetError as exc:
+        parser.error(str(exc))
+    names = [s.name for s in chosen]
+    if len(set(names)) < len(names):
+        parser.error(f"two sets share a name: {', '.join(names)}")
     rows = []
-    for name in args.sets:
+    for evset in chosen:
         rows += run_set(
-            name, splits, args.limit, args.quiet, args.surfaces, not args.whole_documents
+            evset, splits, args.limit, args.quiet, args.surfaces, not args.whole_documents
         )
-    table = tabulate(rows, args.sets, args.surfaces, splits)
+    table = tabulate(rows, names, args.surfaces, splits)
     settings = Settings.load({}, os.environ)
     report = {
         "settings": {

@@ -104,16 +104,17 @@ def test_the_kiosk_manager_and_the_museum_closing_day_are_answered(fresh: FlaskC
 
 def test_a_fixed_subset_of_the_evaluation_stays_above_a_floor(fresh: FlaskClient) -> None:
     """A loose guard on the README's numbers: the first questions of each set."""
-    eval_dir = Path(__file__).parents[1] / "benches/eval"
+    from benches import eval_sets
     from benches.rag_eval import is_refusal, mentions
 
     answered = refused = n_answerable = n_unanswerable = 0
-    for name in ("own", "python-reference", "maketext-article", "gnu-help"):
-        docs = json.loads((eval_dir / name / "documents.json").read_text())["documents"]
+    for name in eval_sets.SETS:
+        evset = eval_sets.load(name)
+        docs = evset.passages()
         for lo in range(0, len(docs), 64):
             batch = {"store_mode": "text", "items": docs[lo : lo + 64]}
             assert fresh.post("/upload", json=batch).status_code == 200
-        questions = json.loads((eval_dir / name / "questions.json").read_text())["questions"]
+        questions = evset.questions
         subset = [q for q in questions if q["expect"]][:5] + [
             q for q in questions if not q["expect"]
         ][:2]

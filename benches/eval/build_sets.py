@@ -26,64 +26,15 @@ from __future__ import annotations
 
 import json
 import pydoc_data.topics
-import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benches.eval_sets import chunk, chunk_lines
+
 HERE = Path(__file__).parent
-# ~700 characters keeps even code-dense passages within the embedder's 512 tokens.
-MAX_CHARS = 700
 TPJ13 = Path("/usr/share/perl/5.36.0/Locale/Maketext/TPJ13.pod")
-
-
-def paragraphs(text: str) -> list[str]:
-    out = []
-    for block in re.split(r"\n\s*\n", text):
-        lines = [line.strip() for line in block.strip().splitlines()]
-        joined = " ".join(line for line in lines if line)
-        if joined:
-            out.append(joined)
-    return out
-
-
-def pack(parts: list[str], sep: str, max_chars: int) -> list[str]:
-    """Consecutive parts joined by `sep` while they fit in `max_chars`; a part
-    longer than that stands alone."""
-    out: list[str] = []
-    current = ""
-    for part in parts:
-        if current and len(current) + len(sep) + len(part) > max_chars:
-            out.append(current)
-            current = ""
-        current = f"{current}{sep}{part}" if current else part
-    if current:
-        out.append(current)
-    return out
-
-
-def pieces(para: str, max_chars: int) -> list[str]:
-    """A paragraph, cut at sentence ends into parts of at most `max_chars` when
-    longer, and between words where no sentence end helps (a table)."""
-    if len(para) <= max_chars:
-        return [para]
-    sentences = pack(re.split(r"(?<=[.!?:])\s+", para), " ", max_chars)
-    return [part for piece in sentences for part in pack(piece.split(" "), " ", max_chars)]
-
-
-def chunk(text: str, max_chars: int = MAX_CHARS) -> list[str]:
-    """Whole paragraphs merged while they fit; a longer paragraph is cut at sentence ends."""
-    parts = [p for whole in paragraphs(text) for p in pieces(whole, max_chars)]
-    return pack(parts, "\n\n", max_chars)
-
-
-def chunk_lines(text: str, max_chars: int = MAX_CHARS) -> list[str]:
-    """Blocks (blank-line separated) merged while they fit, their lines kept;
-    a longer block is cut between lines."""
-    blocks = [b.strip("\n") for b in re.split(r"\n\s*\n", text) if b.strip()]
-    parts = [p for block in blocks for p in pack(block.split("\n"), "\n", max_chars)]
-    return pack(parts, "\n\n", max_chars)
 
 
 def help_text(command: str) -> str:

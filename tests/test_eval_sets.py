@@ -1,0 +1,131 @@
+"""Evaluation sets: the project's own hold what the evaluation promises, and a
+set kept anywhere else loads, is checked with clear errors, and is cut into
+passages the way an upload script would cut it. No models."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benches import eval_sets
+from benches.rag_eval import collection_name
+
+
+def write_set(directory: Path, documents: Any, questions: Any) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "documents.json").write_text(json.dumps(documents))
+    (directory / "questions.json").write_text(json.dumps(questions))
+    return directory
+
+
+@pytest.mark.parametrize("name", eval_sets.SETS)
+def test_each_project_set_loads_with_enough_questions_in_both_splits(name: str) -> None:
+    evset = eval_sets.load(name)
+    answerable = [q for q in evset.questions if q["expect"] is not None]
+    unanswerable = [q for q in evset.questions if q["expect"] is None]
+    assert len(answerable) >= 40 and len(unanswerable) >= 15
+    assert {q["split"] for q in answerable} == {q["split"] for q in unanswerable} == {"dev", "test"}
+    # passages as uploaded: every document already fits, so none is cut
+    assert evset.passages() == evset.documents
+
+
+def test_a_set_outside_the_repository_runs_by_its_path(tmp_path: Path) -> None:
+    long_text = "\n\n".join(
+        f"Section {i}. The pump in hall {i} is serviced every {i + 2} weeks by the day shift."
+        for i in range(40)
+    )
+    directory = write_set(
+        tmp_path / "Held Out",
+        {
+            "documents": [
+                {"id": "short", "text": "The kiosk's manager is Dana Ortiz."},
+                {"id": "manual", "text": long_text, "metadata": {"source": "manual"}},
+            ]
+        },
+        {
+            "questions": [
+                {"q": "Who manages the kiosk?", "expect": ["Dana Ortiz"]},
+                {"q": "Who painted the kiosk?", "expect": None, "split": "dev"},
+            ]
+        },
+    )
+    evset = eval_sets.load(str(directory))
+    assert evset.name == "Held Out"
+    assert [q["split"] for q in evset.questions] == ["test", "dev"]  # no split: held out
+    items = evset.passages()
+    assert items[0] == {"id": "short", "text": "The kiosk's manager is Dana Ortiz."}
+    pieces = items[1:]
+    assert len(pieces) > 1
+    assert [p["id"] for p in pieces] == [f"manual#chunk-{n}" for n in range(len(pieces))]
+    assert all(len(p["text"]) <= eval_sets.MAX_CHARS for p in pieces)
+    assert all(p["metadata"] == {"source": "manual"} for p in pieces)
+    # nothing lost or reordered: the pieces hold the document's words in order
+    assert re.findall(r"\S+", " ".join(p["text"] for p in pieces)) == re.findall(r"\S+", long_text)
+    assert collection_name(evset.name) == "held-out"
+
+
+def test_a_long_line_is_cut_at_sentence_ends() -> None:
+    line = " ".join(f"Sentence {i} holds the value {i * 7}." for i in range(60))
+    cut = eval_sets.passages(line)
+    assert len(cut) > 1 and all(len(p) <= eval_sets.MAX_CHARS for p in cut)
+    assert all(p.endswith(".") for p in cut)
+    assert " ".join(cut) == line
+
+
+def test_option_table_lines_are_kept(tmp_path: Path) -> None:
+    table = "\n".join(f"  -{chr(97 + i % 26)}{i}, --option-{i}   does thing {i}" for i in range(40))
+    cut = eval_sets.passages(table)
+    assert len(cut) > 1
+    assert "\n".join(cut).splitlines() == table.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("documents", "questions", "message"),
+    [
+        ({"documents": []}, {"questions": [{"q": "x", "expect": None}]}, "documents"),
+        (
+            {"documents": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]},
+            {"questions": [{"q": "x", "expect": None}]},
+            "'a' appears twice",
+        ),
+        ({"documents": [{"id": "a", "text": "x"}]}, {"questions": [{"q": "x"}]}, "expect"),
+        (
+            {"documents": [{"id": "a", "text": "x"}]},
+            {"questions": [{"q": "x", "expect": []}]},
+            "expect",
+        ),
+        (
+            {"documents": [{"id": "a", "text": "x"}]},
+            {"questions": [{"q": "x", "expect": [" "]}]},
+            "blank",
+        ),
+        (
+            {"documents": [{"id": "a", "text": "x"}]},
+            {"questions": [{"q": "x", "expect": None, "split": "train"}]},
+            "split",
+        ),
+    ],
+)
+def test_a_malformed_set_is_refused_with_the_file_and_the_field(
+    tmp_path: Path, documents: Any, questions: Any, message: str
+) -> None:
+    directory = write_set(tmp_path / "bad", documents, questions)
+    with pytest.raises(eval_sets.SetError, match=re.escape(message)) as caught:
+        eval_sets.load(str(directory))
+    assert str(directory) in str(caught.value)
+
+
+def test_missing_files_and_unknown_names_say_what_is_expected(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(eval_sets.SetError, match=r"documents\.json.*missing"):
+        eval_sets.load(str(tmp_path / "empty"))
+    with pytest.raises(eval_sets.SetError, match=r"no such set.*gnu-help"):
+        eval_sets.load("no-such-set")
+    broken = write_set(tmp_path / "broken", {"documents": [{"id": "a", "text": "x"}]}, {})
+    (broken / "questions.json").write_text("{not json")
+    with pytest.raises(eval_sets.SetError, match="not JSON"):
+        eval_sets.load(str(broken))
