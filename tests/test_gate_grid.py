@@ -1,0 +1,90 @@
+"""Scoring refusal-gate thresholds from an ungated run (benches/gate_grid.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benches.gate_grid import auc, frontier, gated, outcome
+
+ROOT = Path(__file__).parents[1]
+
+
+def row(set_: str, expected: bool, correct: bool, evidence: float, p: float) -> dict[str, Any]:
+    return {
+        "surface": "answer",
+        "set": set_,
+        "expected": ["x"] if expected else None,
+        "correct": correct,
+        "evidence_score": evidence,
+        "refusal_probability": p,
+    }
+
+
+ROWS = [
+    row("a", True, True, 0.9, 0.01),  # kept by any sane pair
+    row("a", True, True, 0.3, 0.01),  # weak evidence: cut by the evidence gate at 0.4
+    row("a", True, False, 0.8, 0.01),  # wrong either way
+    row("a", False, False, 0.5, 0.2),  # invented answer: the refusal gate catches it at 0.1
+    row("b", True, True, 0.6, 0.08),  # refused at ratio 0.1 (0.08 > 0.06), kept at 0.2
+    row("b", False, True, 0.7, 0.9),  # the model declined by itself
+]
+
+
+def test_the_gates_cut_what_the_server_would() -> None:
+    assert gated(ROWS[1], 0.4, 0.1) and not gated(ROWS[1], 0.3, 0.1)
+    assert gated(ROWS[3], 0.4, 0.1) and not gated(ROWS[3], 0.4, 0.5)
+    assert gated(ROWS[4], 0.4, 0.1) and not gated(ROWS[4], 0.4, 0.2)
+
+
+def test_an_outcome_counts_answers_refusals_and_the_mean_over_sets() -> None:
+    o = outcome(ROWS, 0.4, 0.1)
+    assert (o.answered, o.answerable, o.refused, o.unanswerable) == (1, 4, 2, 2)
+    # set a: 1/3 answered, 1/1 refused; set b: 0/1 answered, 1/1 refused
+    assert o.mean_over_sets == pytest.approx(((1 / 3 + 1) / 2 + (0 + 1) / 2) / 2)
+    off = outcome(ROWS, 0.0, 100.0)
+    assert (off.answered, off.refused) == (3, 1)  # ungated: only the model's own refusal
+
+
+def test_auc_and_frontier() -> None:
+    assert auc([3, 4], [1, 2]) == 1.0 and auc([1], [1]) == 0.5 and auc([1], [2]) == 0.0
+    grid = [outcome(ROWS, e, r) for e in (0.0, 0.4) for r in (0.1, 0.2, 100.0)]
+    best = frontier(grid)
+    assert [o.accuracy for o in best] == sorted((o.accuracy for o in best), reverse=True)
+    assert [o.refusals for o in best] == sorted(o.refusals for o in best)
+    for o in grid:  # nothing on the grid beats a frontier point on both counts
+        assert not any(o.accuracy > b.accuracy and o.refusals > b.refusals for b in best)
+
+
+def test_the_command_refuses_a_gated_run(tmp_path: Path) -> None:
+    run = tmp_path / "gated.json"
+    run.write_text(
+        json.dumps(
+            {
+                "settings": {"answer_min_evidence": 0.4, "answer_refusal_probability": 0.1},
+                "answers": ROWS,
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "benches/gate_grid.py", str(run)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "ungated" in done.stderr
+    run.write_text(
+        json.dumps(
+            {
+                "settings": {"answer_min_evidence": 0, "answer_refusal_probability": 1},
+                "answers": ROWS,
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "benches/gate_grid.py", str(run)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "given: evidence 0.4" in done.stdout and "frontier" in done.stdout
