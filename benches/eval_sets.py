@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 EVAL = Path(__file__).parent / "eval"
-SETS = ["own", "python-reference", "maketext-article", "gnu-help"]
+SETS = ["own", "python-reference", "maketext-article", "gnu-help", "licenses"]
 # ~700 characters keeps even code-dense passages within the embedder's 512 tokens.
 MAX_CHARS = 700
 

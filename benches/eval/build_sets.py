@@ -10,6 +10,10 @@ paragraph cut at sentence ends; never trimmed around an answer):
   `grep` (3.8) as Debian ships them, in the C locale: option tables, one
   option per line with indented continuation lines, kept line by line (an
   upload script reading a text file keeps its lines).
+- `licenses`: the GNU GPL version 3 and the Apache License 2.0 as Debian's
+  base-files ships them (/usr/share/common-licenses): legal prose, two
+  documents that define similar terms differently. Added after the pipeline
+  was settled; no step was chosen on it.
 - `maketext-article`: "Localization and Perl: gettext breaks, Maketext fixes"
   (Sean M. Burke and Jordan Lachler, The Perl Journal #13, shipped by Debian's
   perl-modules as Locale/Maketext/TPJ13.pod), rendered by `pod2text`:
@@ -35,6 +39,7 @@ from benches.eval_sets import chunk, chunk_lines
 
 HERE = Path(__file__).parent
 TPJ13 = Path("/usr/share/perl/5.36.0/Locale/Maketext/TPJ13.pod")
+LICENSES = Path("/usr/share/common-licenses")  # Debian's base-files
 
 
 def help_text(command: str) -> str:
@@ -77,6 +82,9 @@ def main() -> None:
             ("tpj13", pod_text(TPJ13)),
         ],
         "gnu-help": [(command, help_text(command)) for command in ("ls", "sort", "grep")],
+        "licenses": [
+            (name.lower(), (LICENSES / name).read_text()) for name in ("GPL-3", "Apache-2.0")
+        ],
     }
     for name, sources in sets.items():
         out = HERE / name / "documents.json"
