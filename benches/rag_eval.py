@@ -8,8 +8,9 @@
 Sets (benches/eval/<set>/documents.json + questions.json, see build_sets.py
 and benches/eval_sets.py for the format): `own` (written by the team),
 `python-reference` (pdb and str methods from the interpreter's help text),
-`maketext-article` (a Perl Journal article) and `gnu-help` (`--help` of ls,
-sort, grep); any other directory holding the two files runs by its path.
+`maketext-article` (a Perl Journal article), `gnu-help` (`--help` of ls,
+sort, grep) and `licenses` (GPL 3 and Apache 2.0); any other directory
+holding the two files runs by its path.
 Each question carries its split; tune on dev, report test.
 
 For each set: a fresh store through the HTTP app, every passage uploaded as a
