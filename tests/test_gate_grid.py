@@ -61,30 +61,18 @@ def test_auc_and_frontier() -> None:
         assert not any(o.accuracy > b.accuracy and o.refusals > b.refusals for b in best)
 
 
+def grid_command(tmp_path: Path, min_evidence: float, ratio: float) -> Any:
+    """benches/gate_grid.py run on ROWS recorded with these gate settings."""
+    run = tmp_path / "run.json"
+    settings = {"answer_min_evidence": min_evidence, "answer_refusal_probability": ratio}
+    run.write_text(json.dumps({"settings": settings, "answers": ROWS}))
+    command = [sys.executable, "benches/gate_grid.py", str(run)]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+
+
 def test_the_command_refuses_a_gated_run(tmp_path: Path) -> None:
-    run = tmp_path / "gated.json"
-    run.write_text(
-        json.dumps(
-            {
-                "settings": {"answer_min_evidence": 0.4, "answer_refusal_probability": 0.1},
-                "answers": ROWS,
-            }
-        )
-    )
-    done = subprocess.run(
-        [sys.executable, "benches/gate_grid.py", str(run)], cwd=ROOT, capture_output=True, text=True
-    )
+    done = grid_command(tmp_path, 0.4, 0.1)
     assert done.returncode == 2 and "ungated" in done.stderr
-    run.write_text(
-        json.dumps(
-            {
-                "settings": {"answer_min_evidence": 0, "answer_refusal_probability": 1},
-                "answers": ROWS,
-            }
-        )
-    )
-    done = subprocess.run(
-        [sys.executable, "benches/gate_grid.py", str(run)], cwd=ROOT, capture_output=True, text=True
-    )
+    done = grid_command(tmp_path, 0, 1)
     assert done.returncode == 0, done.stderr
     assert "given: evidence 0.4" in done.stdout and "frontier" in done.stdout
