@@ -69,12 +69,14 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=[5, 8, 10, 15, 20])
     parser.add_argument("--gate", type=float, default=Settings().answer_min_evidence)
     args = parser.parse_args()
-    rows = [r for name in eval_sets.SETS for r in run_set(name, args.split, args.depths, args.gate)]
+    # the dev split of a held-out set is not for looking at while tuning
+    names = eval_sets.TUNED if args.split == "dev" else eval_sets.SETS
+    rows = [r for name in names for r in run_set(name, args.split, args.depths, args.gate)]
     print(f"{args.split} split, evidence gate {args.gate}")
     for depth in args.depths:
         at = [r for r in rows if r["depth"] == depth]
         cells = []
-        for name in [*eval_sets.SETS, "overall"]:
+        for name in [*names, "overall"]:
             part = [r for r in at if name == "overall" or r["set"] == name]
             answerable = [r for r in part if r["answerable"]]
             cells.append(

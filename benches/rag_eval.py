@@ -1,7 +1,7 @@
 """Answer-quality evaluation on every document set, with the real default models.
 
     .venv/bin/python benches/rag_eval.py                 # all sets, both splits
-    .venv/bin/python benches/rag_eval.py --split dev     # what tuning may look at
+    .venv/bin/python benches/rag_eval.py --split dev     # what tuning may look at (no held-out set)
 
     .venv/bin/python benches/rag_eval.py --sets /path/to/held-out-set
 
@@ -243,6 +243,14 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def set_specs(given: list[str] | None, split: str) -> list[str]:
+    """The sets to run: those given, else all of them, except that a dev run
+    leaves out the held-out sets (tuning never looks at them)."""
+    if given:
+        return given
+    return eval_sets.TUNED if split == "dev" else eval_sets.SETS
+
+
 def collection_name(set_name: str) -> str:
     """The Engine collection a set's files go to (names are [a-z0-9-], at most 63)."""
     return (re.sub(r"[^a-z0-9-]+", "-", set_name.lower()).strip("-") or "set")[:63]
@@ -341,9 +349,9 @@ def main() -> None:
     parser.add_argument(
         "--sets",
         nargs="+",
-        default=eval_sets.SETS,
         metavar="SET",
-        help=f"set names under benches/eval ({', '.join(eval_sets.SETS)}) or set directories",
+        help=f"set names under benches/eval ({', '.join(eval_sets.SETS)}) or set directories "
+        f"(default: all; with --split dev, those tuning may look at: {', '.join(eval_sets.TUNED)})",
     )
     parser.add_argument("--split", choices=["dev", "test", "all"], default="all")
     parser.add_argument("--limit", type=int, help="at most this many questions per set")
@@ -374,8 +382,9 @@ def main() -> None:
         args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
         return
     splits = {"dev", "test"} if args.split == "all" else {args.split}
+    specs = set_specs(args.sets, args.split)
     try:
-        chosen = [eval_sets.load(spec) for spec in args.sets]
+        chosen = [eval_sets.load(spec) for spec in specs]
     except eval_sets.SetError as exc:
         parser.error(str(exc))
     names = [s.name for s in chosen]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from benches import eval_sets
-from benches.rag_eval import collection_name
+from benches.rag_eval import collection_name, set_specs
 
 
 def write_set(directory: Path, documents: Any, questions: Any) -> Path:
@@ -129,3 +129,10 @@ def test_missing_files_and_unknown_names_say_what_is_expected(tmp_path: Path) ->
     (broken / "questions.json").write_text("{not json")
     with pytest.raises(eval_sets.SetError, match="not JSON"):
         eval_sets.load(str(broken))
+
+
+def test_a_dev_run_leaves_out_the_held_out_sets_unless_they_are_named() -> None:
+    assert "licenses" in eval_sets.HELD_OUT and "licenses" not in eval_sets.TUNED
+    assert set_specs(None, "dev") == eval_sets.TUNED
+    assert set_specs(None, "test") == set_specs(None, "all") == eval_sets.SETS
+    assert set_specs(["licenses"], "dev") == ["licenses"]
