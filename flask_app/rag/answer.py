@@ -17,8 +17,8 @@ no extra prompt, so the system prompt stays in the KV cache; the weaker the
 evidence, the stricter the gate). An answer that only restates the
 question, or answers "Which …" with the question's own subject and names
 nothing, gets an evidence line appended as a quote (the one it paraphrased,
-else the best);
-one that starts looping on a short piece ("1000000…") is stopped there.
+else the best); one that starts looping on a short piece ("1000000…") is
+stopped there.
 """
 
 from __future__ import annotations
