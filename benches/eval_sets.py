@@ -5,7 +5,7 @@ A set is a directory with two files:
 
 - `documents.json`: `{"documents": [{"id": "...", "text": "...", "metadata": {...}}]}`
   (metadata optional). A document longer than `MAX_CHARS` is cut the way an
-  upload script would cut it (`passages`): blocks of lines merged while they
+  upload script would cut it (`upload_pieces`): blocks of lines merged while they
   fit, a longer block cut between lines, a longer line at sentence ends; the
   pieces are uploaded as `<id>#chunk-<n>`.
 - `questions.json`: `{"questions": [{"q": "...", "expect": ["spelling", ...] | null,
@@ -91,7 +91,7 @@ class EvalSet:
         """The documents as upload items: short ones unchanged, longer ones in pieces."""
         out: list[dict[str, Any]] = []
         for doc in self.documents:
-            texts = passages(doc["text"])
+            texts = upload_pieces(doc["text"])
             if len(texts) == 1:
                 out.append(doc)
                 continue
@@ -183,7 +183,7 @@ def chunk_lines(text: str, max_chars: int = MAX_CHARS) -> list[str]:
     return pack(parts, "\n\n", max_chars)
 
 
-def passages(text: str, max_chars: int = MAX_CHARS) -> list[str]:
+def upload_pieces(text: str, max_chars: int = MAX_CHARS) -> list[str]:
     """A document as upload pieces: itself when it fits; else its lines kept
     (`chunk_lines`), a line still too long cut at sentence ends (`chunk`)."""
     if len(text) <= max_chars:

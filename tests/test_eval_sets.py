@@ -70,7 +70,7 @@ def test_a_set_outside_the_repository_runs_by_its_path(tmp_path: Path) -> None:
 
 def test_a_long_line_is_cut_at_sentence_ends() -> None:
     line = " ".join(f"Sentence {i} holds the value {i * 7}." for i in range(60))
-    cut = eval_sets.passages(line)
+    cut = eval_sets.upload_pieces(line)
     assert len(cut) > 1 and all(len(p) <= eval_sets.MAX_CHARS for p in cut)
     assert all(p.endswith(".") for p in cut)
     assert " ".join(cut) == line
@@ -78,7 +78,7 @@ def test_a_long_line_is_cut_at_sentence_ends() -> None:
 
 def test_option_table_lines_are_kept(tmp_path: Path) -> None:
     table = "\n".join(f"  -{chr(97 + i % 26)}{i}, --option-{i}   does thing {i}" for i in range(40))
-    cut = eval_sets.passages(table)
+    cut = eval_sets.upload_pieces(table)
     assert len(cut) > 1
     assert "\n".join(cut).splitlines() == table.splitlines()
 
