@@ -577,6 +577,10 @@ def test_upload_validation(fixture_f: tuple[Flask, FlaskClient, ScriptedBackend]
             "metadata.bad key",
         ),
         ({"path": "x", "content_type": "text/plain", "text": "t", "extra": 1}, "extra"),
+        ({"path": "x", "content_type": "application/pdf", "data": "not base64!"}, "data"),
+        # non-ASCII in base64 data (found by the fuzz suite: it was a 500)
+        ({"path": "x", "content_type": "application/pdf", "data": "\U000d71b6B\x0f,"}, "data"),
+        ({"path": "x", "content_type": "text/plain", "data": "é"}, "data"),
     ]
     for body, field in cases:
         r = client.post(url, json=body)

@@ -308,7 +308,7 @@ def upload_file(ns: str, name: str) -> ResponseReturnValue:
     else:
         try:
             raw = base64.b64decode(data, validate=True) if isinstance(data, str) else b""
-        except binascii.Error:
+        except ValueError:  # binascii.Error, or characters outside ASCII
             raw = b""
         if not raw:
             raise invalid("data must be non-empty valid base64.", "data")
