@@ -221,6 +221,9 @@ def test_e10_images(fixture_f: tuple[Flask, FlaskClient, ScriptedBackend]) -> No
     assert error_of(r)["message"] == "query_image.data must decode to at most 4194304 bytes."
     r = ask(client, {"query": "q", "query_image": {"media_type": "image/bmp", "data": png}})
     assert error_of(r)["details"]["field"] == "query_image.media_type"
+    for data in ("not base64!", "AAA", "é" * 4, 12):
+        r = ask(client, {"query": "q", "query_image": {"media_type": "image/png", "data": data}})
+        assert error_of(r)["message"] == "query_image.data must be valid base64.", data
     r = client.post(
         "/namespaces/ops/collections/runbooks:answer",
         data=b"x" * 6_291_457,

@@ -14,7 +14,7 @@ from flask.typing import ResponseReturnValue
 from flask_app.api.engine import state
 from flask_app.api.engine.errors import EngineError, invalid, not_found
 from flask_app.api.engine.filters import filter_condition
-from flask_app.api.engine.requests import check_name, principals_of
+from flask_app.api.engine.requests import check_name, is_base64, principals_of
 from flask_app.api.engine.schemas import (
     CollectionBody,
     CollectionRequest,
@@ -306,10 +306,7 @@ def upload_file(ns: str, name: str) -> ResponseReturnValue:
             raise invalid(f"{content_type} files are sent as base64 data.", "text")
         raw = text.encode("utf-8")
     else:
-        try:
-            raw = base64.b64decode(data, validate=True) if isinstance(data, str) else b""
-        except ValueError:  # binascii.Error, or characters outside ASCII
-            raw = b""
+        raw = base64.b64decode(data) if is_base64(data) else b""
         if not raw:
             raise invalid("data must be non-empty valid base64.", "data")
     metadata = _metadata(body.get("metadata"))
