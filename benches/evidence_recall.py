@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benches import eval_sets
-from benches.rag_eval import mentions
+from benches.rag_eval import mentions, set_specs
 from flask_app.app import create_app
 from flask_app.rag import evidence, retrieval
 from flask_app.services import load_services
@@ -69,8 +69,7 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=[5, 8, 10, 15, 20])
     parser.add_argument("--gate", type=float, default=Settings().answer_min_evidence)
     args = parser.parse_args()
-    # the dev split of a held-out set is not for looking at while tuning
-    names = eval_sets.TUNED if args.split == "dev" else eval_sets.SETS
+    names = set_specs(None, args.split)  # a dev run leaves out the held-out sets
     rows = [r for name in names for r in run_set(name, args.split, args.depths, args.gate)]
     print(f"{args.split} split, evidence gate {args.gate}")
     for depth in args.depths:
