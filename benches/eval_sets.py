@@ -27,10 +27,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from flask_app.rag.text import STOPWORDS, stem
+
 EVAL = Path(__file__).parent / "eval"
 # Sets whose dev split tuning may look at, and sets nothing is chosen on
 # (written after the pipeline was settled): the full evaluation runs both.
-TUNED = ["own", "python-reference", "maketext-article", "gnu-help"]
+TUNED = [
+    "own",
+    "python-reference",
+    "maketext-article",
+    "gnu-help",
+    "town-notices",
+    "product-help",
+]
 HELD_OUT = ["licenses"]
 SETS = TUNED + HELD_OUT
 # ~700 characters keeps even code-dense passages within the embedder's 512 tokens.
@@ -68,6 +77,7 @@ class _Question(BaseModel):
     q: str = Field(min_length=1)
     expect: list[str] | None = Field(min_length=1)  # required: null means unanswerable
     split: Literal["dev", "test"] = "test"
+    source: str | None = None  # id of the document that answers it
 
     @model_validator(mode="after")
     def _spellings_not_blank(self) -> _Question:
@@ -78,6 +88,9 @@ class _Question(BaseModel):
 
 class _Questions(BaseModel):
     note: str | None = None
+    # asked in the asker's own words: every answerable question names its
+    # source, and `reworded` reports those sharing too many words with it
+    paraphrased: bool = False
     questions: list[_Question] = Field(min_length=1)
 
 
@@ -85,7 +98,8 @@ class _Questions(BaseModel):
 class EvalSet:
     name: str  # the directory's name: how reports and the Engine collection call it
     documents: list[dict[str, Any]]  # as given: {"id", "text", "metadata"?}
-    questions: list[dict[str, Any]]  # {"q", "expect", "split"}
+    questions: list[dict[str, Any]]  # {"q", "expect", "split", "source"}
+    paraphrased: bool = False
 
     def passages(self) -> list[dict[str, Any]]:
         """The documents as upload items: short ones unchanged, longer ones in pieces."""
@@ -125,11 +139,79 @@ def load(spec: str) -> EvalSet:
         raise SetError(f"{spec}: no such set (known: {known}; or give a directory's path)")
     documents: _Documents = _read(directory / "documents.json", _Documents)
     questions: _Questions = _read(directory / "questions.json", _Questions)
+    ids = {d.id for d in documents.documents}
+    for n, q in enumerate(questions.questions):
+        where = f"{directory / 'questions.json'}: questions.{n} ({q.q!r})"
+        if q.source is not None and q.source not in ids:
+            raise SetError(f"{where}: source {q.source!r} is not a document id")
+        if questions.paraphrased and q.expect is not None and q.source is None:
+            raise SetError(f"{where}: a paraphrased set names the source of every answerable one")
     return EvalSet(
         directory.resolve().name,
         [d.model_dump(exclude_none=True) for d in documents.documents],
         [q.model_dump() for q in questions.questions],
+        questions.paraphrased,
     )
+
+
+# --- the asker's own words ----------------------------------------------------------
+
+# A question asked in one's own words shares at most this many content words
+# with the document that answers it, names and numbers aside.
+MAX_SHARED_WORDS = 1
+_TOKEN = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n\s*)$")
+
+
+def _names(text: str, first_is_name: bool) -> set[str]:
+    """Lower-cased words `text` only ever writes capitalised away from a
+    sentence start ("Church Square", "HR", "Qi"): the names in it."""
+    capital: set[str] = set()
+    lower: set[str] = set()
+    for match in _TOKEN.finditer(text):
+        word = match.group()
+        for part in word.split("-"):
+            if not part[:1].isupper():
+                lower.add(part.lower())
+            elif first_is_name or not _SENTENCE_START.search(text[: match.start()]):
+                capital.add(part.lower())
+    return capital - lower
+
+
+def _content(text: str, names: set[str]) -> set[str]:
+    """Stemmed content words of `text` and of the parts of hyphenated ones,
+    without stopwords, names, numbers and single letters."""
+    out: set[str] = set()
+    for token in _TOKEN.finditer(text.replace("\u2019", "'")):
+        whole = token.group().lower().removesuffix("'s")
+        for word in {whole, *whole.split("-")}:
+            if len(word) < 2 or any(c.isdigit() for c in word):
+                continue
+            if word in STOPWORDS or word in names:
+                continue
+            out.add(stem(word))
+    return out
+
+
+def shared_words(question: str, document: str) -> set[str]:
+    """The content words (stemmed) a question shares with a document, names
+    (words either writes capitalised mid-sentence) and numbers aside."""
+    names = _names(document, first_is_name=False) | _names(question, first_is_name=False)
+    return _content(question, names) & _content(document, names)
+
+
+def reworded(evset: EvalSet) -> list[tuple[str, set[str]]]:
+    """The answerable questions sharing more than `MAX_SHARED_WORDS` content
+    words with their source document, with the words."""
+    texts = {d["id"]: d["text"] for d in evset.documents}
+    out = []
+    for q in evset.questions:
+        if q["expect"] is None or q.get("source") is None:
+            continue
+        shared = shared_words(q["q"], texts[q["source"]])
+        if len(shared) > MAX_SHARED_WORDS:
+            out.append((q["q"], shared))
+    return out
 
 
 # --- cutting text as an upload script would ------------------------------------------

@@ -108,6 +108,16 @@ def test_option_table_lines_are_kept(tmp_path: Path) -> None:
             {"questions": [{"q": "x", "expect": None, "split": "train"}]},
             "split",
         ),
+        (
+            {"documents": [{"id": "a", "text": "x"}]},
+            {"questions": [{"q": "x", "expect": ["y"], "source": "b"}]},
+            "source 'b' is not a document id",
+        ),
+        (
+            {"documents": [{"id": "a", "text": "x"}]},
+            {"paraphrased": True, "questions": [{"q": "x", "expect": ["y"]}]},
+            "names the source of every answerable one",
+        ),
     ],
 )
 def test_a_malformed_set_is_refused_with_the_file_and_the_field(
@@ -136,3 +146,43 @@ def test_a_dev_run_leaves_out_the_held_out_sets_unless_they_are_named() -> None:
     assert set_specs(None, "dev") == eval_sets.TUNED
     assert set_specs(None, "test") == set_specs(None, "all") == eval_sets.SETS
     assert set_specs(["licenses"], "dev") == ["licenses"]
+
+
+PARAPHRASED = [name for name in eval_sets.SETS if eval_sets.load(name).paraphrased]
+
+
+def test_two_project_sets_are_asked_in_the_askers_own_words() -> None:
+    assert len(PARAPHRASED) >= 2
+
+
+@pytest.mark.parametrize("name", PARAPHRASED)
+def test_each_question_shares_at_most_one_content_word_with_its_source(name: str) -> None:
+    evset = eval_sets.load(name)
+    assert all(q["source"] for q in evset.questions if q["expect"] is not None)
+    assert eval_sets.reworded(evset) == []
+
+
+def test_shared_words_leave_names_numbers_and_function_words_aside() -> None:
+    document = "The Brindlewood Library is open until 20:00 on Thursdays. Books are lent for weeks."
+    # "Brindlewood", "Thursday" are names, 20 a number, "is", "the" function words
+    assert eval_sets.shared_words("Is Brindlewood open at 20:00 on Thursday?", document) == {"open"}
+    # stems meet: "books" / "book", "lending" / "lent" do not
+    assert eval_sets.shared_words("How long is a book lent for?", document) == {"book", "lent"}
+    # a capital at a sentence start is not a name ("Books" is the word "books")
+    assert eval_sets.shared_words("Which books?", document) == {"book"}
+
+
+def test_a_question_reusing_its_sources_words_is_reported(tmp_path: Path) -> None:
+    directory = write_set(
+        tmp_path / "reuse",
+        {"documents": [{"id": "wifi", "text": "The office guest Wi-Fi network is Calder-Guest."}]},
+        {
+            "paraphrased": True,
+            "questions": [
+                {"q": "What is the office guest network?", "expect": ["x"], "source": "wifi"},
+                {"q": "What's the visitor wireless called?", "expect": ["x"], "source": "wifi"},
+            ],
+        },
+    )
+    reported = eval_sets.reworded(eval_sets.load(str(directory)))
+    assert reported == [("What is the office guest network?", {"offic", "guest", "network"})]
