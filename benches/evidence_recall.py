@@ -1,17 +1,21 @@
-"""Where the expected fact is lost before the LLM: for each evaluation set and
-each depth of the evidence ranking, the share of answerable questions whose
-fact is among the retrieved passages and among the evidence units that reach
-the prompt, and the share of questions (answerable / unanswerable) that pass
-the evidence gate. No LLM; the real default embedder.
+"""Where the expected fact is lost before the LLM: for each evaluation set,
+each depth of the evidence ranking and each weight of meaning (embedding
+closeness) against shared words in it, the share of answerable questions
+whose fact is among the retrieved passages and among the evidence units that
+reach the prompt, and the evidence's median size. No LLM; the real default
+embedder.
 
     .venv/bin/python benches/evidence_recall.py                 # dev splits
-    .venv/bin/python benches/evidence_recall.py --depths 5 10 20
+    .venv/bin/python benches/evidence_recall.py --depths 5 10 --meaning 0 0.3 0.5 0.7
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import statistics
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +23,12 @@ from benches import eval_sets
 from benches.rag_eval import mentions, set_specs
 from flask_app.app import create_app
 from flask_app.rag import evidence, retrieval
+from flask_app.rag.answer import AnswerConfig
 from flask_app.services import load_services
 from flask_app.settings import Settings
 
 
-def run_set(name: str, split: str, depths: list[int], gate: float) -> list[dict[str, Any]]:
+def run_set(name: str, split: str, depths: list[int], weights: list[float]) -> list[dict[str, Any]]:
     evset = eval_sets.load(name)
     documents, questions = evset.passages(), evset.questions
     rows = []
@@ -36,23 +41,29 @@ def run_set(name: str, split: str, depths: list[int], gate: float) -> list[dict[
             assert client.post("/upload", json=body).status_code == 200
         collection = services.store.edge()
         assert services.embedder is not None
-        for item in [q for q in questions if q["split"] == split]:
+        for item in [q for q in questions if q["split"] == split and q["expect"]]:
             vector = services.embedder.embed([item["q"]])[0]
-            retriever = retrieval.StoredCollection(collection, vector)
+            retriever = retrieval.StoredCollection(collection, vector, embedder=services.embedder)
             expected = item["expect"]
-            for depth in depths:
-                hits = retriever.passages(item["q"], depth)
-                chosen = evidence.select(item["q"], [h.text for h in hits])
+            query = item["q"]
+
+            def closeness(texts: Sequence[str]) -> list[float] | None:
+                return retriever.closeness(query, texts)  # noqa: B023 (used in this iteration)
+
+            for depth, weight in itertools.product(depths, weights):
+                hits = retriever.passages(query, depth)
+                chosen = evidence.select(
+                    query, [h.text for h in hits], evidence.Scoring(meaning=weight), closeness
+                )
                 shown = " ".join(p.text for p in chosen.pieces)
                 rows.append(
                     {
                         "set": name,
                         "depth": depth,
-                        "answerable": expected is not None,
-                        "in_passages": expected is not None
-                        and any(mentions(h.text, expected) for h in hits),
-                        "in_evidence": expected is not None and mentions(shown, expected),
-                        "passes_gate": chosen.best_score >= gate,
+                        "meaning": weight,
+                        "in_passages": any(mentions(h.text, expected) for h in hits),
+                        "in_evidence": mentions(shown, expected),
+                        "evidence_chars": len(shown),
                     }
                 )
         services.store.close()
@@ -66,29 +77,28 @@ def share(rows: list[dict[str, Any]], key: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--split", choices=["dev", "test"], default="dev")
-    parser.add_argument("--depths", type=int, nargs="+", default=[5, 8, 10, 15, 20])
-    parser.add_argument("--gate", type=float, default=Settings().answer_min_evidence)
+    parser.add_argument("--depths", type=int, nargs="+", default=[5, 10])
+    parser.add_argument(
+        "--meaning",
+        type=float,
+        nargs="+",
+        default=[0.0, AnswerConfig().meaning],
+        help="weights of embedding closeness against shared words in the evidence ranking",
+    )
     args = parser.parse_args()
     names = set_specs(None, args.split)  # a dev run leaves out the held-out sets
-    rows = [r for name in names for r in run_set(name, args.split, args.depths, args.gate)]
-    print(f"{args.split} split, evidence gate {args.gate}")
-    for depth in args.depths:
-        at = [r for r in rows if r["depth"] == depth]
+    rows = [r for name in names for r in run_set(name, args.split, args.depths, args.meaning)]
+    print(f"{args.split} split, answerable questions: the fact among the passages / in the prompt")
+    for depth, weight in itertools.product(args.depths, args.meaning):
+        at = [r for r in rows if r["depth"] == depth and r["meaning"] == weight]
         cells = []
         for name in [*names, "overall"]:
             part = [r for r in at if name == "overall" or r["set"] == name]
-            answerable = [r for r in part if r["answerable"]]
             cells.append(
-                f"{name}: passages {share(answerable, 'in_passages'):.2f} "
-                f"evidence {share(answerable, 'in_evidence'):.2f}"
+                f"{name}: {share(part, 'in_passages'):.2f} / {share(part, 'in_evidence'):.2f}"
             )
-        unanswerable = [r for r in at if not r["answerable"]]
-        answerable = [r for r in at if r["answerable"]]
-        print(
-            f"depth {depth:3}: " + " | ".join(cells) + f" | gate passes answerable "
-            f"{share(answerable, 'passes_gate'):.2f}, unanswerable "
-            f"{share(unanswerable, 'passes_gate'):.2f}"
-        )
+        chars = statistics.median(r["evidence_chars"] for r in at)
+        print(f"depth {depth:3}, meaning {weight}: " + " | ".join(cells) + f" | {chars:.0f} chars")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""Compare the default LLM's quantizations: prompt tokens/s, generation tokens/s,
-and grounded-answer accuracy on a small fixed question set.
+"""Compare the chat models' pulled quantizations: prompt tokens/s, generation
+tokens/s, and grounded-answer accuracy on a small fixed question set.
 
-    .venv/bin/python benches/quant_choice.py [--repeats 3] [--json out.json]
+    .venv/bin/python benches/quant_choice.py [--llm NAME ...] [--repeats 3] [--json out.json]
 
 Each model loads in turn with the same settings; the prompt-speed probe clears
 the KV cache first so no prefix is reused.
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from flask_app.inference.llm import ChatMessage, LlamaBackend, Sampling
-from flask_app.inference.pull import LLM_VARIANTS
+from flask_app.inference.presets import PRESETS
 from flask_app.settings import Settings
 
 SYSTEM = (
@@ -157,15 +157,23 @@ def accuracy(backend: LlamaBackend) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--llm", nargs="+", choices=list(PRESETS), default=list(PRESETS))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     settings = Settings.load({}, os.environ)
     rows = []
-    for quant, artifact in LLM_VARIANTS.items():
+    pulled = [
+        (name, quant, artifact)
+        for name in args.llm
+        for quant, artifact in PRESETS[name].files().items()
+        if (settings.model_dir / artifact.filename).is_file()
+    ]
+    for name, quant, artifact in pulled:
         backend = LlamaBackend(settings.model_dir / artifact.filename, n_ctx=2048)
         pp, n_prompt = prompt_speed(backend, args.repeats)
         tg = generation_speed(backend, args.repeats)
         row = {
+            "llm": name,
             "quant": quant,
             "model_id": backend.model_id,
             "file_mb": round((settings.model_dir / artifact.filename).stat().st_size / 1e6),

@@ -37,6 +37,7 @@ Results: benches/results/rag_eval.json (or --json).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -52,6 +53,7 @@ from benches import eval_sets
 from benches.eval_sets import EvalSet
 from flask_app.api.engine.answer import NOT_FOUND_ANSWER as ENGINE_NOT_FOUND
 from flask_app.app import create_app
+from flask_app.inference.presets import PRESETS
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
 from flask_app.services import load_services
 from flask_app.settings import Settings
@@ -121,6 +123,8 @@ def ask(client: Any, question: str) -> dict[str, Any]:
         "sources": sources,
         "evidence_score": done.get("evidence_score"),
         "refusal_probability": done.get("refusal_probability"),
+        "answerable_probability": done.get("answerable_probability"),
+        "prompt_tokens": done.get("usage", {}).get("prompt_tokens"),
         "ttft_s": round((first or end) - start, 3),
         "total_s": round(end - start, 3),
     }
@@ -256,8 +260,15 @@ def collection_name(set_name: str) -> str:
     return (re.sub(r"[^a-z0-9-]+", "-", set_name.lower()).strip("-") or "set")[:63]
 
 
+# --ungated: both gates record their signal and never cut (the judge is asked,
+# any P(yes) passes), so benches/gate_grid.py can score every threshold.
+UNGATED = {"answer_refusal_probability": 1.0, "answer_judge": 1e-6}
+
+
 def run_set(
     evset: EvalSet,
+    llm: str,
+    overrides: dict[str, Any],
     splits: set[str],
     limit: int | None,
     quiet: bool,
@@ -269,7 +280,7 @@ def run_set(
     questions = [q for q in evset.questions if q["split"] in splits][:limit]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings.load({"data_dir": Path(tmp)}, os.environ)
+        settings = Settings.load({"data_dir": Path(tmp), "llm": llm, **overrides}, os.environ)
         services = load_services(settings)
         app = create_app(settings, services)
         client = app.test_client()
@@ -297,6 +308,7 @@ def run_set(
                 correct = mentions(got["answer"], expected) and not refused
                 recalled = any(mentions(s, expected) for s in got["sources"])
             row = {
+                "llm": llm,
                 "surface": surface,
                 "set": name,
                 "split": item["split"],
@@ -308,6 +320,8 @@ def run_set(
                 "fixed_sentence": got["answer"].strip() == NO_CONTEXT_ANSWER,
                 "evidence_score": got["evidence_score"],
                 "refusal_probability": got["refusal_probability"],
+                "answerable_probability": got.get("answerable_probability"),
+                "prompt_tokens": got.get("prompt_tokens"),
                 "ttft_s": got["ttft_s"],
                 "total_s": got["total_s"],
                 "found": not refused,
@@ -320,7 +334,7 @@ def run_set(
             rows.append(row)
             if not quiet or not correct:
                 mark = "ok " if correct else "BAD"
-                where = f"{surface}:{name}/{item['split']}"
+                where = f"{llm} {surface}:{name}/{item['split']}"
                 print(f"[{where}] {mark} {item['q']}\n      -> {got['answer']}")
         services.store.close()
     return rows
@@ -329,19 +343,60 @@ def run_set(
 def tabulate(
     rows: list[dict[str, Any]], sets: list[str], surfaces: list[str], splits: set[str]
 ) -> dict[str, Any]:
-    """Scores per surface, set (and overall) and split."""
-    table: dict[str, Any] = {}
-    for surface in surfaces:
-        for name in [*sets, "overall"]:
-            for split in sorted(splits):
-                part = [
-                    r
-                    for r in rows
-                    if r["surface"] == surface and (name == "overall" or r["set"] == name)
-                ]
-                key = f"{name}/{split}" if surface == "answer" else f"{surface}:{name}/{split}"
-                table[key] = score([r for r in part if r["split"] == split])
-    return table
+    """Scores per model, then per surface, set (and overall) and split."""
+    tables: dict[str, Any] = {}
+    for llm in dict.fromkeys(r["llm"] for r in rows):
+        table: dict[str, Any] = {}
+        for surface in surfaces:
+            for name in [*sets, "overall"]:
+                for split in sorted(splits):
+                    part = [
+                        r
+                        for r in rows
+                        if r["llm"] == llm
+                        and r["surface"] == surface
+                        and (name == "overall" or r["set"] == name)
+                        and r["split"] == split
+                    ]
+                    key = f"{name}/{split}" if surface == "answer" else f"{surface}:{name}/{split}"
+                    table[key] = score(part)
+        tables[llm] = table
+    return tables
+
+
+def side_by_side(tables: dict[str, Any], surface: str = "answer") -> str:
+    """A Markdown table of one surface: a row per set and split, the models side by side."""
+    llms = list(tables)
+    prefix = "" if surface == "answer" else f"{surface}:"
+    keys = [
+        k[len(prefix) :]
+        for k in tables[llms[0]]
+        if k.startswith(prefix) and ":" not in k[len(prefix) :]
+    ]
+
+    def pct(value: float | None) -> str:
+        return "–" if value is None else f"{value:.0%}"
+
+    def secs(value: float | None) -> str:
+        return "–" if value is None else f"{value:.2f} s"
+
+    head = "| set/split | " + " | ".join(
+        f"{llm}: correct | refusals | recall@k | TTFT | total" for llm in llms
+    )
+    lines = [head + " |", "|---|" + "---|" * (5 * len(llms))]
+    for key in keys:
+        cells = []
+        for llm in llms:
+            r = tables[llm][prefix + key]
+            cells += [
+                pct(r["accuracy"]),
+                pct(r["correct_refusals"]),
+                pct(r["recall_at_k"]),
+                secs(r["ttft_median_s"]),
+                secs(r["total_median_s"]),
+            ]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -354,6 +409,13 @@ def main() -> None:
         f"(default: all; with --split dev, those tuning may look at: {', '.join(eval_sets.TUNED)})",
     )
     parser.add_argument("--split", choices=["dev", "test", "all"], default="all")
+    parser.add_argument(
+        "--llms",
+        nargs="+",
+        choices=list(PRESETS),
+        default=list(PRESETS),
+        help="the chat models to evaluate, side by side (default: every preset)",
+    )
     parser.add_argument("--limit", type=int, help="at most this many questions per set")
     parser.add_argument("--json", type=Path, default=Path("benches/results/rag_eval.json"))
     parser.add_argument("--quiet", action="store_true", help="print only wrong answers")
@@ -369,6 +431,11 @@ def main() -> None:
         help="lucidworks requests send extractRelevantContent: false (default: not sent)",
     )
     parser.add_argument(
+        "--ungated",
+        action="store_true",
+        help="gates record their signals without declining (for benches/gate_grid.py)",
+    )
+    parser.add_argument(
         "--rescore",
         action="store_true",
         help="recompute the tables of --json from the answers it holds (no model run)",
@@ -379,6 +446,7 @@ def main() -> None:
         rows = report["answers"]
         sets, surfaces = ([*dict.fromkeys(r[key] for r in rows)] for key in ("set", "surface"))
         report["results"] = tabulate(rows, sets, surfaces, {r["split"] for r in rows})
+        print(side_by_side(report["results"]))
         args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
         return
     splits = {"dev", "test"} if args.split == "all" else {args.split}
@@ -390,25 +458,42 @@ def main() -> None:
     names = [s.name for s in chosen]
     if len(set(names)) < len(names):
         parser.error(f"two sets share a name: {', '.join(names)}")
-    rows = []
     for evset in chosen:
-        rows += run_set(
-            evset, splits, args.limit, args.quiet, args.surfaces, not args.whole_documents
-        )
-    table = tabulate(rows, names, args.surfaces, splits)
-    settings = Settings.load({}, os.environ)
-    report = {
-        "settings": {
-            "answer_min_evidence": settings.answer_min_evidence,
-            "answer_refusal_probability": settings.answer_refusal_probability,
+        if evset.paraphrased:
+            answerable = sum(q["expect"] is not None for q in evset.questions)
+            reused = eval_sets.reworded(evset)
+            print(
+                f"{evset.name}: {len(reused)} of {answerable} answerable questions share more "
+                f"than {eval_sets.MAX_SHARED_WORDS} content word with their source"
+                + "".join(f"\n  {q} {sorted(w)}" for q, w in reused)
+            )
+    overrides: dict[str, Any] = UNGATED if args.ungated else {}
+    rows = []
+    for llm in args.llms:
+        for evset in chosen:
+            rows += run_set(
+                evset,
+                llm,
+                overrides,
+                splits,
+                args.limit,
+                args.quiet,
+                args.surfaces,
+                not args.whole_documents,
+            )
+    tables = tabulate(rows, names, args.surfaces, splits)
+    models = {}
+    for llm in args.llms:
+        settings = Settings.load({"llm": llm, **overrides}, os.environ)
+        models[llm] = {
+            **dataclasses.asdict(settings.calibration()),
             "answer_min_score": settings.answer_min_score,
             "context_tokens": settings.context_tokens,
             "quant": settings.quant,
-        },
-        "results": table,
-        "answers": rows,
-    }
-    print(json.dumps(table, indent=1))
+        }
+    report = {"settings": models, "results": tables, "answers": rows}
+    for surface in args.surfaces:
+        print(f"\n{surface}\n" + side_by_side(tables, surface))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
 

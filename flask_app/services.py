@@ -48,7 +48,13 @@ def load_services(settings: Settings) -> Services:
         backend = LlamaBackend(
             path, n_ctx=settings.n_ctx, n_threads=settings.llm_threads, model_id=settings.model_id
         )
-        llm = LLM(backend, max_waiters=settings.queue_size, timeout=settings.request_timeout)
+        chosen = settings.llm_preset()
+        llm = LLM(
+            backend,
+            max_waiters=settings.queue_size,
+            timeout=settings.request_timeout,
+            preset=chosen.name if chosen is not None else None,
+        )
     embedder = None
     if not settings.no_embedder:
         path = settings.embed_path()

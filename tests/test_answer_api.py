@@ -19,7 +19,7 @@ from flask_app.app import create_app
 from flask_app.client import Client, EdgeragError
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
-from flask_app.rag.prompts import NO_CONTEXT_ANSWER
+from flask_app.rag.prompts import JUDGE_QUESTION, NO_CONTEXT_ANSWER
 from flask_app.services import Services
 from flask_app.settings import Settings
 from flask_app.store import Store
@@ -97,6 +97,7 @@ def test_no_context_means_the_fixed_answer_and_no_llm_call(tmp_path: Path) -> No
         "sources": [],
         "evidence_score": 0.0,
         "refusal_probability": None,
+        "answerable_probability": None,
     }
     assert backend.prompts == []
     client.delete("/store")
@@ -105,14 +106,15 @@ def test_no_context_means_the_fixed_answer_and_no_llm_call(tmp_path: Path) -> No
     assert backend.prompts == []
 
 
-def test_weak_evidence_is_refused_without_the_model(tmp_path: Path) -> None:
-    """No sentence holds enough of the question: the fixed sentence, no LLM call."""
-    backend = ScriptedBackend("Invented.")
+def test_a_question_in_other_words_than_the_passage_reaches_the_model(tmp_path: Path) -> None:
+    """A retrieved passage goes to the model however few words the question
+    shares with it: moorcheh-edge answers the fixed sentence without the
+    model only when nothing is retrieved, and counts what the model was given."""
+    backend = ScriptedBackend("Dana Ortiz.")
     client = build(tmp_path, backend).test_client()
-    r = client.post("/answer", json={"query": "Who designed the Harlow Bridge tower lights?"})
-    body = r.get_json()
-    assert body["answer"] == NO_CONTEXT_ANSWER and body["evidence_score"] < 0.4
-    assert backend.prompts == []
+    body = client.post("/answer", json={"query": "Who looks after the kiosk?"}).get_json()
+    assert body["answer"] == "Dana Ortiz." and len(backend.prompts) == 1
+    assert body["context_count"] == len(body["sources"]) >= 1
 
 
 def test_a_likely_refusal_at_the_first_token_becomes_the_fixed_sentence(tmp_path: Path) -> None:
@@ -120,10 +122,36 @@ def test_a_likely_refusal_at_the_first_token_becomes_the_fixed_sentence(tmp_path
     client = build(tmp_path, backend).test_client()
     body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
     assert body["answer"] == NO_CONTEXT_ANSWER and body["refusal_probability"] == 0.3
-    assert body["sources"] == [] and len(backend.prompts) == 1
+    # the model was asked: the passages it was given are reported
+    assert body["context_count"] == len(body["sources"]) >= 1 and len(backend.prompts) == 1
     backend.refusal_probability = 0.01
     body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
     assert body["answer"] == "It opened in 1998." and body["sources"][0]["id"] == "bridge"
+
+
+def test_the_judge_is_asked_on_the_answers_own_prompt_and_can_decline(tmp_path: Path) -> None:
+    backend = ScriptedBackend("It opened in 1998.", judge_probability=0.2)
+    client = build(tmp_path, backend, answer_judge=0.5).test_client()
+    body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER and body["answerable_probability"] == 0.2
+    # the judge's prompt is the answer's own, with the judge question appended
+    (judged,) = backend.judged
+    answer_prompt = backend.prompts[-1].removesuffix("\n<|assistant|>\n")
+    assert judged.startswith(answer_prompt) and judged.endswith(
+        f"\n\n{JUDGE_QUESTION}\n<|assistant|>\n"
+    )
+    backend.judge_probability = 0.8
+    body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
+    assert body["answer"] == "It opened in 1998." and body["answerable_probability"] == 0.8
+    # without a judge threshold the judge is not asked
+    plain = ScriptedBackend("It opened in 1998.", judge_probability=0.0)
+    body = (
+        build(tmp_path / "plain", plain)
+        .test_client()
+        .post("/answer", json={"query": "When did the Harlow Bridge open?"})
+        .get_json()
+    )
+    assert body["answerable_probability"] is None and plain.judged == []
 
 
 def test_an_answer_that_restates_the_question_gets_the_evidence_quoted(tmp_path: Path) -> None:
@@ -255,6 +283,7 @@ def test_stream_without_context_sends_the_fixed_sentence(tmp_path: Path) -> None
                 "sources": [],
                 "evidence_score": 0.0,
                 "refusal_probability": None,
+                "answerable_probability": None,
             },
         ),
     ]

@@ -4,6 +4,7 @@ retrieval finding what the embedding misses."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
@@ -253,6 +254,9 @@ class _Ranked:
         self.asked.append(k)
         return self.hits[:k]
 
+    def closeness(self, question: str, texts: Sequence[str]) -> list[float] | None:
+        return None
+
 
 def test_candidates_widen_the_evidence_ranking_but_top_k_passages_reach_the_prompt() -> None:
     texts = [f"Unrelated note {i} about the canteen menu." for i in range(7)]
@@ -261,8 +265,8 @@ def test_candidates_widen_the_evidence_ranking_but_top_k_passages_reach_the_prom
     question = Question(query="Which pdb command sets a temporary breakpoint?", top_k=1)
 
     default = _Ranked(texts)
-    assert ground(llm, default, question, AnswerConfig()).prompt is None  # top 1 holds nothing
-    assert default.asked == [1]
+    shown = ground(llm, default, question, AnswerConfig())
+    assert default.asked == [1] and [s.id for s in shown.sources] == ["0"]  # the top 1 only
 
     wide = _Ranked(texts)
     grounding = ground(llm, wide, question, AnswerConfig(candidates=10))

@@ -1,4 +1,4 @@
-"""Scoring refusal-gate thresholds from an ungated run (benches/gate_grid.py)."""
+"""Scoring answer-gate thresholds from an ungated run (benches/gate_grid.py)."""
 
 from __future__ import annotations
 
@@ -10,50 +10,57 @@ from typing import Any
 
 import pytest
 
-from benches.gate_grid import auc, frontier, gated, outcome
+from benches.gate_grid import auc, frontier, gated, outcome, separation
 
 ROOT = Path(__file__).parents[1]
 
 
-def row(set_: str, expected: bool, correct: bool, evidence: float, p: float) -> dict[str, Any]:
+def row(
+    set_: str, expected: bool, correct: bool, evidence: float, p: float, judge: float
+) -> dict[str, Any]:
     return {
+        "llm": "qwen2.5-coder-0.5b",
         "surface": "answer",
         "set": set_,
         "expected": ["x"] if expected else None,
         "correct": correct,
         "evidence_score": evidence,
         "refusal_probability": p,
+        "answerable_probability": judge,
     }
 
 
 ROWS = [
-    row("a", True, True, 0.9, 0.01),  # kept by any sane pair
-    row("a", True, True, 0.3, 0.01),  # weak evidence: cut by the evidence gate at 0.4
-    row("a", True, False, 0.8, 0.01),  # wrong either way
-    row("a", False, False, 0.5, 0.2),  # invented answer: the refusal gate catches it at 0.1
-    row("b", True, True, 0.6, 0.08),  # refused at ratio 0.1 (0.08 > 0.06), kept at 0.2
-    row("b", False, True, 0.7, 0.9),  # the model declined by itself
+    row("a", True, True, 0.9, 0.01, 0.9),  # kept by any sane pair
+    row("a", True, True, 0.3, 0.01, 0.4),  # the judge doubts it: cut at judge 0.5
+    row("a", True, False, 0.8, 0.01, 0.9),  # wrong either way
+    row("a", False, False, 0.5, 0.2, 0.3),  # invented: both gates catch it (0.2 > 0.05)
+    row("b", True, True, 0.6, 0.08, 0.8),  # refused at ratio 0.1 (0.08 > 0.06), kept at 0.2
+    row("b", False, True, 0.7, 0.9, 0.2),  # the model declined by itself
 ]
 
 
 def test_the_gates_cut_what_the_server_would() -> None:
-    assert gated(ROWS[1], 0.4, 0.1) and not gated(ROWS[1], 0.3, 0.1)
-    assert gated(ROWS[3], 0.4, 0.1) and not gated(ROWS[3], 0.4, 0.5)
-    assert gated(ROWS[4], 0.4, 0.1) and not gated(ROWS[4], 0.4, 0.2)
+    assert gated(ROWS[1], 100.0, 0.5) and not gated(ROWS[1], 100.0, 0.3)
+    assert gated(ROWS[3], 0.1, 0.0) and not gated(ROWS[3], 0.5, 0.0)
+    assert gated(ROWS[4], 0.1, 0.0) and not gated(ROWS[4], 0.2, 0.0)
+    # a row without a judge reading is never cut by the judge
+    assert not gated({**ROWS[1], "answerable_probability": None}, 100.0, 0.9)
 
 
 def test_an_outcome_counts_answers_refusals_and_the_mean_over_sets() -> None:
-    o = outcome(ROWS, 0.4, 0.1)
+    o = outcome(ROWS, 0.1, 0.5)
     assert (o.answered, o.answerable, o.refused, o.unanswerable) == (1, 4, 2, 2)
     # set a: 1/3 answered, 1/1 refused; set b: 0/1 answered, 1/1 refused
     assert o.mean_over_sets == pytest.approx(((1 / 3 + 1) / 2 + (0 + 1) / 2) / 2)
-    off = outcome(ROWS, 0.0, 100.0)
+    off = outcome(ROWS, 100.0, 0.0)
     assert (off.answered, off.refused) == (3, 1)  # ungated: only the model's own refusal
 
 
-def test_auc_and_frontier() -> None:
+def test_auc_separation_and_frontier() -> None:
     assert auc([3, 4], [1, 2]) == 1.0 and auc([1], [1]) == 0.5 and auc([1], [2]) == 0.0
-    grid = [outcome(ROWS, e, r) for e in (0.0, 0.4) for r in (0.1, 0.2, 100.0)]
+    assert separation(ROWS)["judge P(no)"] == 1.0  # every unanswerable one judged lower
+    grid = [outcome(ROWS, r, j) for r in (0.1, 0.2, 100.0) for j in (0.0, 0.5)]
     best = frontier(grid)
     assert [o.accuracy for o in best] == sorted((o.accuracy for o in best), reverse=True)
     assert [o.refusals for o in best] == sorted(o.refusals for o in best)
@@ -61,18 +68,19 @@ def test_auc_and_frontier() -> None:
         assert not any(o.accuracy > b.accuracy and o.refusals > b.refusals for b in best)
 
 
-def grid_command(tmp_path: Path, min_evidence: float, ratio: float) -> Any:
+def grid_command(tmp_path: Path, ratio: float, judge: float) -> Any:
     """benches/gate_grid.py run on ROWS recorded with these gate settings."""
     run = tmp_path / "run.json"
-    settings = {"answer_min_evidence": min_evidence, "answer_refusal_probability": ratio}
+    settings = {"qwen2.5-coder-0.5b": {"refusal_probability": ratio, "judge": judge}}
     run.write_text(json.dumps({"settings": settings, "answers": ROWS}))
     command = [sys.executable, "benches/gate_grid.py", str(run)]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
 
 
 def test_the_command_refuses_a_gated_run(tmp_path: Path) -> None:
-    done = grid_command(tmp_path, 0.4, 0.1)
+    done = grid_command(tmp_path, 0.1, 0.0)
     assert done.returncode == 2 and "ungated" in done.stderr
-    done = grid_command(tmp_path, 0, 1)
+    done = grid_command(tmp_path, 1.0, 1e-6)
     assert done.returncode == 0, done.stderr
-    assert "given: evidence 0.4" in done.stdout and "frontier" in done.stdout
+    assert "== qwen2.5-coder-0.5b" in done.stdout and "calibrated: judge" in done.stdout
+    assert "judge P(no) 1.000" in done.stdout and "frontier" in done.stdout

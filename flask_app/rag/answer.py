@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from flask_app.inference.llm import LLM, FirstTokenProbe, TokenStream
+from flask_app.inference.llm import LLM, FirstTokenProbe, JudgeProbe, TokenStream
 from flask_app.rag import evidence, prompts, retrieval
 from flask_app.rag.pipeline import (
     LLMNotConfigured,
@@ -44,11 +44,14 @@ from flask_app.store import Hit
 class AnswerConfig:
     max_tokens: int = 256
     context_tokens: int = 1024
-    min_evidence: float = 0.4  # share of the question's content the best unit must hold
     # refuse when P(first token starts a refusal) > this × the evidence score
     refusal_probability: float = 0.1
+    # refuse when the model, asked whether the documents state the answer,
+    # says yes with less than this probability (0: the judge is not asked)
+    judge: float = 0.0
     min_cosine: float | None = None  # passages less similar than this are not used
     evidence_units: int = 3
+    meaning: float = 0.5  # weight of embedding closeness against shared words in evidence
     # passages whose units are ranked for evidence (0 or below top_k: top_k);
     # the prompt still holds evidence of at most top_k of them
     candidates: int = 0
@@ -65,7 +68,7 @@ class Grounding:
     pieces: list[evidence.Evidence]  # the evidence; `passage` indexes `sources`
     best: evidence.Evidence | None
     evidence_score: float
-    prompt: Prompt | None  # None: too little evidence, the answer is the fixed sentence
+    prompt: Prompt | None  # None: nothing retrieved, the answer is the fixed sentence
 
 
 def _evidence_query(question: Question) -> str:
@@ -89,10 +92,11 @@ def ground(
     selection = evidence.select(
         _evidence_query(question),
         [hit.text for hit in candidates],
-        evidence.Scoring(units_wanted=config.evidence_units),
+        evidence.Scoring(units_wanted=config.evidence_units, meaning=config.meaning),
+        lambda texts: retriever.closeness(question.query, texts),
     )
-    if not selection.pieces or selection.best_score < config.min_evidence:
-        return Grounding([], [], selection.best, selection.best_score, None)
+    if not selection.pieces:
+        return Grounding([], [], None, 0.0, None)
     # passages in the order of their best evidence, at most top_k of them
     used = list(dict.fromkeys(piece.passage for piece in selection.pieces))[: question.top_k]
     renumber = {old: new for new, old in enumerate(used)}
@@ -190,18 +194,36 @@ class AnswerStream:
         self,
         tokens: TokenStream | None,
         probe: FirstTokenProbe | None,
+        judge: JudgeProbe | None,
         grounding: Grounding,
         question: Question,
         config: AnswerConfig,
     ) -> None:
         self._tokens = tokens
         self._probe = probe
+        self._judge = judge
         self._grounding = grounding
         self._question = question
         self._config = config
         self.refusal_probability: float | None = None
         self.refused = tokens is None
         self.stopped_repeating = False
+
+    @property
+    def answerable_probability(self) -> float | None:
+        """The judge's P(yes): the documents state the answer (None: not asked)."""
+        return None if self._judge is None else self._judge.probability
+
+    def _declines(self) -> bool:
+        """At the first delta: the judge or the first token's distribution say decline."""
+        judged = self.answerable_probability
+        if judged is not None and judged < self._config.judge:
+            return True
+        if self._probe is None:
+            return False
+        self.refusal_probability = self._probe.probability
+        limit = self._config.refusal_probability * self._grounding.evidence_score
+        return (self.refusal_probability or 0.0) > limit
 
     def __iter__(self) -> Iterator[str]:
         form = self._question.form
@@ -210,14 +232,11 @@ class AnswerStream:
             return
         parts: list[str] = []
         for delta in clean_stream(self._tokens):
-            if not parts and self._probe is not None and self._grounding.sources:
-                self.refusal_probability = self._probe.probability
-                limit = self._config.refusal_probability * self._grounding.evidence_score
-                if (self.refusal_probability or 0.0) > limit:
-                    self._tokens.close()
-                    self.refused = True
-                    yield form.refusal
-                    return
+            if not parts and self._grounding.sources and self._declines():
+                self._tokens.close()
+                self.refused = True
+                yield form.refusal
+                return
             parts.append(delta)
             yield delta
             if repeating_tail("".join(parts[-64:])):
@@ -253,20 +272,23 @@ def open_answer(
     timeout: float | None = None,
 ) -> AnswerStream:
     """Wait for the model and start the answer (raises LLMOverloaded, LLMTimeout,
-    LLMCancelled); with too little evidence, the fixed sentence without the model."""
+    LLMCancelled); with nothing retrieved, the fixed sentence without the model."""
     if llm is None:
         raise LLMNotConfigured()
     if grounding.prompt is None:
-        return AnswerStream(None, None, grounding, question, config)
+        return AnswerStream(None, None, None, grounding, question, config)
     starts = question.form.refusal_starts
     probe = FirstTokenProbe(starts) if starts else None
+    messages = grounding.prompt.messages
+    judge = JudgeProbe(prompts.judge_messages(messages)) if config.judge > 0 else None
     tokens = llm.stream(
-        grounding.prompt.messages,
+        messages,
         max_tokens=config.max_tokens,
         sampling=question.sampling,
         probe=probe,
+        judge=judge,
         abandoned=abandoned,
         timeout=timeout,
         prompt_tokens=grounding.prompt.prompt_tokens,
     )
-    return AnswerStream(tokens, probe, grounding, question, config)
+    return AnswerStream(tokens, probe, judge, grounding, question, config)

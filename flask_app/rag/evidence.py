@@ -17,7 +17,7 @@ citations point at the exact text the answer rests on.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from flask_app.rag.text import Unit, term_set, terms, units
@@ -29,6 +29,14 @@ class Scoring:
     units_wanted: int = 3
     neighbours: int = 1
     max_units: int = 96  # bounds the work per question
+    # weight of meaning (embedding cosine with the question) against shared
+    # words in a unit's score, when the caller can measure it
+    meaning: float = 0.5
+
+
+# Cosine of the question and each text by the embedding model, or None when
+# it cannot be measured (vectors of an unknown model).
+Closeness = Callable[[Sequence[str]], "list[float] | None"]
 
 
 @dataclass(frozen=True)
@@ -124,7 +132,12 @@ def cited_sentence(answer: str, question: str, passage: str, piece: Evidence) ->
     return found[first].start, found[first + best[0]].end
 
 
-def select(question: str, passages: Sequence[str], scoring: Scoring = Scoring()) -> Selection:
+def select(
+    question: str,
+    passages: Sequence[str],
+    scoring: Scoring = Scoring(),
+    closeness: Closeness | None = None,
+) -> Selection:
     cut: list[tuple[int, int, Unit]] = []
     per_passage: list[list[Unit]] = []
     for p, text in enumerate(passages):
@@ -136,6 +149,10 @@ def select(question: str, passages: Sequence[str], scoring: Scoring = Scoring())
     if not cut:
         return Selection([], None, 0.0)
     coverage = _coverage(terms(question), [term_set(u.text) for _, _, u in cut])
+    cosines = closeness([u.text for _, _, u in cut]) if closeness and scoring.meaning else None
+    if cosines is not None:
+        w = scoring.meaning
+        coverage = [(1 - w) * c + w * max(0.0, m) for c, m in zip(coverage, cosines, strict=True)]
     scored = [_Scored(p, i, u, c) for (p, i, u), c in zip(cut, coverage, strict=True)]
     ranked = sorted(scored, key=lambda s: -s.score)
     chosen = ranked[: scoring.units_wanted]

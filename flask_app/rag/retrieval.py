@@ -82,6 +82,18 @@ class Retriever(Protocol):
         """The k best passages for `question`, best first."""
         ...
 
+    def closeness(self, question: str, texts: Sequence[str]) -> list[float] | None:
+        """The cosine of `question` and each text by the embedding model (None
+        when this retriever cannot embed texts comparably)."""
+        ...
+
+
+def _cosines(embedder: Embedder, vector: Vector, texts: Sequence[str]) -> list[float]:
+    limit = embedder.max_tokens - 2
+    fitted = [cut_to_tokens(t, limit, embedder.count_tokens) or t[:200] for t in texts]
+    rows = embedder.embed(fitted)
+    return [float(c) for c in rows @ vector]
+
 
 @dataclass(frozen=True)
 class StoredCollection:
@@ -91,6 +103,8 @@ class StoredCollection:
     vector: Vector
     metadata: Mapping[str, Any] | None = None
     only: AbstractSet[str] | None = None  # item ids the caller may see (None: all)
+    # the server's embedder, when it made the collection's vectors
+    embedder: Embedder | None = None
 
     def passages(self, question: str, k: int) -> list[Hit]:
         if self.collection.info().dimension is None or (self.only is not None and not self.only):
@@ -98,6 +112,12 @@ class StoredCollection:
         return hybrid(
             self.collection, self.vector, question, k, metadata=self.metadata, only=self.only
         )
+
+    def closeness(self, question: str, texts: Sequence[str]) -> list[float] | None:
+        embedder = self.embedder
+        if embedder is None or self.collection.info().embedding_model != embedder.model_id:
+            return None
+        return _cosines(embedder, self.vector, texts)
 
 
 @dataclass(frozen=True)
@@ -125,6 +145,17 @@ class RequestDocuments:
     def __init__(self, documents: Sequence[Document], embedder: Embedder | None) -> None:
         self.documents = list(documents)
         self.embedder = embedder
+        self._query: tuple[str, Vector] | None = None
+
+    def _vector(self, embedder: Embedder, question: str) -> Vector:
+        if self._query is None or self._query[0] != question:
+            self._query = (question, embedder.embed([question])[0])
+        return self._query[1]
+
+    def closeness(self, question: str, texts: Sequence[str]) -> list[float] | None:
+        if self.embedder is None:
+            return None
+        return _cosines(self.embedder, self._vector(self.embedder, question), texts)
 
     def _hit(self, i: int, score: float) -> Hit:
         doc = self.documents[i]
@@ -146,7 +177,7 @@ class RequestDocuments:
             for d in self.documents
         ]
         rows = embedder.embed(texts)
-        query = embedder.embed([question])[0]
+        query = self._vector(embedder, question)
         order, cosines = simcore.top_k(rows, query, n)
         dense = [int(i) for i in order]
         score = {int(i): float(c) for i, c in zip(order, cosines, strict=True)}

@@ -88,7 +88,9 @@ def files_retriever(
     # every stored chunk visible (no filter, no ACL, nothing processing):
     # search without an allow-list, whose cost would follow the collection
     everything = len(files) == collection.file_count and len(only) == len(chunks)
-    return StoredCollection(chunks, vector, only=None if everything else only)
+    return StoredCollection(
+        chunks, vector, only=None if everything else only, embedder=services.embedder
+    )
 
 
 def require_principals(collection: CollectionRecord, principals: list[str] | None) -> None:
@@ -386,9 +388,15 @@ def read_spans(ns: str, name: str) -> ResponseReturnValue:
 @blueprint.get("/info")
 @operation(summary="Efforts, limits and the filter language", tag=TAG, response=Info)
 def info() -> Response:
+    services = services_of(current_app)
+    llm, embedder = services.llm, services.embedder
     return jsonify(
         {
             "doc_version": "0.1.0-preview",
+            "models": {
+                "llm": None if llm is None else {"id": llm.model_id, "preset": llm.preset},
+                "embedder": None if embedder is None else {"id": embedder.model_id},
+            },
             "answer": {
                 "efforts": list(requests.EFFORTS),
                 "default_effort": "medium",

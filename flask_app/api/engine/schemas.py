@@ -223,6 +223,7 @@ class ReadSpansResponse(BaseModel):
 
 class Info(BaseModel):
     doc_version: str
+    models: dict[str, Any]
     answer: dict[str, Any]
     read_spans: dict[str, int]
     filter: dict[str, list[str]]

@@ -29,11 +29,12 @@ def settings_of(app: Flask) -> Settings:
 def answer_config_of(app: Flask) -> AnswerConfig:
     """The answer pipeline's part of the app's settings."""
     settings = settings_of(app)
+    calibration = settings.calibration()
     return AnswerConfig(
         max_tokens=settings.max_tokens,
         context_tokens=settings.context_tokens,
-        min_evidence=settings.answer_min_evidence,
         candidates=settings.answer_candidates,
-        refusal_probability=settings.answer_refusal_probability,
+        refusal_probability=calibration.refusal_probability,
+        judge=calibration.judge,
         min_cosine=cosine_floor(settings.answer_min_score, settings.score_mapping),
     )

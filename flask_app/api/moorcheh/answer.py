@@ -64,7 +64,7 @@ def _prepare() -> tuple[rag.Question, Grounding]:
         return question, Grounding([], [], None, 0.0, None)
     vector = rag.query_vector(collection, question, services.embedder)
     config = answer_config_of(current_app)
-    retriever = StoredCollection(collection, vector, question.metadata)
+    retriever = StoredCollection(collection, vector, question.metadata, embedder=services.embedder)
     return question, ground(services.llm, retriever, question, config)
 
 
@@ -93,8 +93,9 @@ def _result(
     text: str,
 ) -> dict[str, Any]:
     """The answer body (also the stream's `done` data, built after the request
-    context is gone: `sources` come rendered)."""
-    sources = [] if answer.refused else sources
+    context is gone: `sources` come rendered). `context_count` and `sources`
+    are the passages the model was given, also when it declined; they are 0
+    and [] only when nothing was retrieved and the model was not asked."""
     body: dict[str, Any] = {
         "answer": text,
         "query": question.query,
@@ -103,6 +104,7 @@ def _result(
         "sources": sources,
         "evidence_score": round(grounding.evidence_score, 4),
         "refusal_probability": answer.refusal_probability,
+        "answerable_probability": answer.answerable_probability,
     }
     if grounding.prompt is not None:
         body["usage"] = {

@@ -76,6 +76,7 @@ def health() -> ResponseReturnValue:
     if services.llm is not None:
         llm = {
             "id": services.llm.model_id,
+            "preset": services.llm.preset,
             "n_ctx": services.llm.n_ctx,
             "busy": services.llm.gate.busy,
             "waiting": services.llm.gate.waiting,

@@ -79,6 +79,7 @@ class MoorchehError(BaseModel):
 
 class LlmState(BaseModel):
     id: str
+    preset: str | None  # the named model (`--llm`); null for a `--model` file
     n_ctx: int
     busy: bool
     waiting: int
@@ -161,6 +162,7 @@ class AnswerBody(BaseModel):
     model: str
     context_count: int
     sources: list[SearchResult]
-    evidence_score: float
-    refusal_probability: float | None
+    evidence_score: float  # best evidence unit: shared words and closeness in meaning, 0-1
+    refusal_probability: float | None  # P(the answer's first token starts a refusal)
+    answerable_probability: float | None = None  # the judge's P(the passages state it)
     usage: AnswerUsage | None = None

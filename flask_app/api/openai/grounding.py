@@ -63,7 +63,12 @@ def ground_chat(chat: ChatRequest, options: RagOptions, sampling: Sampling) -> G
         if store.info().dimension is None:
             return GroundedQuestion(question, Grounding([], [], None, 0.0, None), [])
         vector = rag.query_vector(store, question, services.embedder)
-        grounding = ground(services.llm, StoredCollection(store, vector), question, config)
+        grounding = ground(
+            services.llm,
+            StoredCollection(store, vector, embedder=services.embedder),
+            question,
+            config,
+        )
         sources = [
             {"id": h.id, "text": h.text, "score": round(h.score, 4), "metadata": h.metadata}
             for h in grounding.sources

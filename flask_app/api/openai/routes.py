@@ -54,8 +54,12 @@ def _llm() -> LLM:
 )
 def models() -> ResponseReturnValue:
     services = services_of(current_app)
-    ids = [m.model_id for m in (services.llm, services.embedder) if m is not None]
-    data = [{"id": i, "object": "model", "created": 0, "owned_by": "edgerag"} for i in ids]
+    card = {"object": "model", "created": 0, "owned_by": "edgerag"}
+    data = []
+    if services.llm is not None:
+        data.append({"id": services.llm.model_id, **card, "preset": services.llm.preset})
+    if services.embedder is not None:
+        data.append({"id": services.embedder.model_id, **card})
     return jsonify(object="list", data=data)
 
 

@@ -84,6 +84,7 @@ class ModelCard(BaseModel):
     object: Literal["model"]
     created: int
     owned_by: str
+    preset: str | None = None  # the chat model's `--llm` name
 
 
 class Models(BaseModel):

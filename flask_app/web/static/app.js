@@ -53,7 +53,8 @@ async function loadHealth() {
     const health = await (await fetch("/health")).json();
     $("health-status").textContent = health.status;
     $("health-status").className = `badge ${health.status}`;
-    $("health-llm").textContent = health.llm ? health.llm.id : "none";
+    $("health-llm").textContent = health.llm
+      ? (health.llm.preset ? `${health.llm.preset} (${health.llm.id})` : health.llm.id) : "none";
     $("health-embedder").textContent = health.embedder ? health.embedder.id : "none";
     $("health-queue").textContent = health.llm
       ? `${health.llm.busy ? "generating" : "idle"}, ${health.llm.waiting} waiting` : "";
