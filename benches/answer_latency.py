@@ -4,15 +4,18 @@
 1. time to first token (TTFT) and total time with top_k 1, 3 and 5;
 2. the stable system prompt reused from the KV cache (cold vs warm TTFT);
 3. the server's overhead over calling llama-cpp-python directly with the
-   exact prompt the server builds (same greedy output, same cache state).
-The refusal gates are off so that every question reaches the model.
+   exact prompt the server builds (same greedy output, same cache state);
+4. as served: top_k 5 with the model's calibrated gates (the judge's prefill
+   included when its preset asks the judge).
+Steps 1-3 run with the gates off so that every question reaches the model.
 
-    .venv/bin/python benches/answer_latency.py [--repeats 5] [--json out.json]
+    .venv/bin/python benches/answer_latency.py [--llm NAME] [--repeats 5] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -28,6 +31,7 @@ from flask_app import rag
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
 from flask_app.inference.llm import Sampling
+from flask_app.inference.presets import DEFAULT_LLM, PRESETS
 from flask_app.rag.answer import ground
 from flask_app.rag.retrieval import StoredCollection
 from flask_app.services import load_services
@@ -62,6 +66,7 @@ def stream_times(base: str, payload: dict[str, Any]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--llm", choices=list(PRESETS), default=DEFAULT_LLM)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -69,11 +74,13 @@ def main() -> None:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         # no refusal gates: every question's evidence reaches the model
+        served = Settings.load({"data_dir": Path(tmp), "llm": args.llm}, os.environ)
         settings = Settings.load(
             {
                 "data_dir": Path(tmp),
-                "answer_min_evidence": 0,
+                "llm": args.llm,
                 "answer_refusal_probability": 1,
+                "answer_judge": 0,
             },
             os.environ,
         )
@@ -150,6 +157,20 @@ def main() -> None:
                 "ratio_median": round(statistics.median(ratios), 3),
             }
             print(out["overhead"], flush=True)
+        # 4. as served: the preset's gates (the same store and models)
+        with serve_in_thread(create_app(served, services)) as base:
+            ttfts, totals = [], []
+            for q in QUESTIONS[: args.repeats]:
+                ttft, total = stream_times(base, {"query": q, "top_k": 5, "temperature": 0})
+                ttfts.append(ttft)
+                totals.append(total)
+            out["as_served"] = {
+                "llm": args.llm,
+                **dataclasses.asdict(served.calibration()),
+                "ttft_ms": round(statistics.median(ttfts) * 1000),
+                "total_ms": round(statistics.median(totals) * 1000),
+            }
+            print(out["as_served"], flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))

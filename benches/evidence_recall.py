@@ -1,12 +1,13 @@
 """Where the expected fact is lost before the LLM: for each evaluation set,
-each depth of the evidence ranking and each weight of meaning (embedding
-closeness) against shared words in it, the share of answerable questions
-whose fact is among the retrieved passages and among the evidence units that
-reach the prompt, and the evidence's median size. No LLM; the real default
-embedder.
+each depth of the evidence ranking, each number of evidence units kept and
+each weight of meaning (embedding closeness) against shared words in it, the
+share of answerable questions whose fact is among the retrieved passages and
+among the evidence units that reach the prompt, and the evidence's median
+size. No LLM; the real default embedder.
 
     .venv/bin/python benches/evidence_recall.py                 # dev splits
     .venv/bin/python benches/evidence_recall.py --depths 5 10 --meaning 0 0.3 0.5 0.7
+    .venv/bin/python benches/evidence_recall.py --depths 5 --units 1 2 3
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from flask_app.services import load_services
 from flask_app.settings import Settings
 
 
-def run_set(name: str, split: str, depths: list[int], weights: list[float]) -> list[dict[str, Any]]:
+def run_set(
+    name: str, split: str, depths: list[int], weights: list[float], units: list[int]
+) -> list[dict[str, Any]]:
     evset = eval_sets.load(name)
     documents, questions = evset.passages(), evset.questions
     rows = []
@@ -50,17 +53,17 @@ def run_set(name: str, split: str, depths: list[int], weights: list[float]) -> l
             def closeness(texts: Sequence[str]) -> list[float] | None:
                 return retriever.closeness(query, texts)  # noqa: B023 (used in this iteration)
 
-            for depth, weight in itertools.product(depths, weights):
+            for depth, weight, wanted in itertools.product(depths, weights, units):
                 hits = retriever.passages(query, depth)
-                chosen = evidence.select(
-                    query, [h.text for h in hits], evidence.Scoring(meaning=weight), closeness
-                )
+                scoring = evidence.Scoring(units_wanted=wanted, meaning=weight)
+                chosen = evidence.select(query, [h.text for h in hits], scoring, closeness)
                 shown = " ".join(p.text for p in chosen.pieces)
                 rows.append(
                     {
                         "set": name,
                         "depth": depth,
                         "meaning": weight,
+                        "units": wanted,
                         "in_passages": any(mentions(h.text, expected) for h in hits),
                         "in_evidence": mentions(shown, expected),
                         "evidence_chars": len(shown),
@@ -85,12 +88,27 @@ def main() -> None:
         default=[0.0, AnswerConfig().meaning],
         help="weights of embedding closeness against shared words in the evidence ranking",
     )
+    parser.add_argument(
+        "--units",
+        type=int,
+        nargs="+",
+        default=[AnswerConfig().evidence_units],
+        help="evidence units that reach the prompt (fewer: a shorter prompt)",
+    )
     args = parser.parse_args()
     names = set_specs(None, args.split)  # a dev run leaves out the held-out sets
-    rows = [r for name in names for r in run_set(name, args.split, args.depths, args.meaning)]
+    rows = [
+        r
+        for name in names
+        for r in run_set(name, args.split, args.depths, args.meaning, args.units)
+    ]
     print(f"{args.split} split, answerable questions: the fact among the passages / in the prompt")
-    for depth, weight in itertools.product(args.depths, args.meaning):
-        at = [r for r in rows if r["depth"] == depth and r["meaning"] == weight]
+    for depth, weight, wanted in itertools.product(args.depths, args.meaning, args.units):
+        at = [
+            r
+            for r in rows
+            if r["depth"] == depth and r["meaning"] == weight and r["units"] == wanted
+        ]
         cells = []
         for name in [*names, "overall"]:
             part = [r for r in at if name == "overall" or r["set"] == name]
@@ -98,7 +116,8 @@ def main() -> None:
                 f"{name}: {share(part, 'in_passages'):.2f} / {share(part, 'in_evidence'):.2f}"
             )
         chars = statistics.median(r["evidence_chars"] for r in at)
-        print(f"depth {depth:3}, meaning {weight}: " + " | ".join(cells) + f" | {chars:.0f} chars")
+        head = f"depth {depth:3}, meaning {weight}, units {wanted}: "
+        print(head + " | ".join(cells) + f" | {chars:.0f} chars")
 
 
 if __name__ == "__main__":

@@ -468,6 +468,10 @@ def main() -> None:
                 + "".join(f"\n  {q} {sorted(w)}" for q, w in reused)
             )
     overrides: dict[str, Any] = UNGATED if args.ungated else {}
+    for llm in args.llms:
+        path = Settings.load({"llm": llm, **overrides}, os.environ).llm_path()
+        if not path.is_file():
+            parser.error(f"{llm} is not pulled ({path}): run `edgerag pull --llm {llm}`")
     rows = []
     for llm in args.llms:
         for evset in chosen:

@@ -137,7 +137,7 @@ class Settings:
         default=None,
         metadata=_help(
             "refuse when the LLM's first-token probability of starting a refusal exceeds "
-            "this times the evidence score (0-1); 1 = off (default: calibrated for --llm)"
+            "this (0-1); 1 = off (default: calibrated for --llm)"
         ),
     )
     answer_judge: float | None = field(

@@ -13,6 +13,7 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 
 step "default models"
 "$VENV/bin/edgerag" pull
+"$VENV/bin/edgerag" pull --llm qwen2.5-coder-1.5b
 step "cargo fmt --check"
 cargo fmt --all --check
 step "cargo clippy"

@@ -118,7 +118,7 @@ def test_a_question_in_other_words_than_the_passage_reaches_the_model(tmp_path: 
 
 
 def test_a_likely_refusal_at_the_first_token_becomes_the_fixed_sentence(tmp_path: Path) -> None:
-    backend = ScriptedBackend("It opened in 1998.", refusal_probability=0.3)  # > 0.1 × evidence
+    backend = ScriptedBackend("It opened in 1998.", refusal_probability=0.3)  # > 0.2 (default)
     client = build(tmp_path, backend).test_client()
     body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
     assert body["answer"] == NO_CONTEXT_ANSWER and body["refusal_probability"] == 0.3
@@ -127,6 +127,11 @@ def test_a_likely_refusal_at_the_first_token_becomes_the_fixed_sentence(tmp_path
     backend.refusal_probability = 0.01
     body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
     assert body["answer"] == "It opened in 1998." and body["sources"][0]["id"] == "bridge"
+    # the threshold is flat: however few words a question shares with its
+    # passage (evidence near 0), a model that is unlikely to refuse answers
+    backend.refusal_probability = 0.15
+    body = client.post("/answer", json={"query": "Who looks after the crossing?"}).get_json()
+    assert body["evidence_score"] < 0.2 and body["answer"] == "It opened in 1998."
 
 
 def test_the_judge_is_asked_on_the_answers_own_prompt_and_can_decline(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from flask_app.inference.presets import DEFAULT_LLM
 from flask_app.settings import Settings
 from tests.test_eval_sets import write_set
 
@@ -57,6 +58,7 @@ def test_rag_eval_runs_a_held_out_set_given_by_its_path(
     out = tmp_path / "report.json"
     env = {**os.environ, "EDGERAG_MODEL_DIR": str(real_settings.model_dir)}
     command = [sys.executable, "benches/rag_eval.py", "--sets", str(directory)]
+    command += ["--llms", DEFAULT_LLM]
     run = subprocess.run(
         [*command, "--surfaces", "answer", "--json", str(out), "--quiet"],
         cwd=ROOT,
@@ -74,6 +76,6 @@ def test_rag_eval_runs_a_held_out_set_given_by_its_path(
     annex = rows["Which company services the annex pump?"]
     assert annex["recalled"] and annex["correct"], annex
     assert rows["What is the boiling point of mercury?"]["correct"]  # declined
-    result = report["results"]["heldout/test"]
+    result = report["results"][DEFAULT_LLM]["heldout/test"]
     assert result["answerable"] == 2 and result["unanswerable"] == 1
     assert result["accuracy"] == 1.0 and result["correct_refusals"] == 1.0

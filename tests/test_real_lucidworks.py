@@ -31,7 +31,9 @@ MUSEUM = {
     "title": "Opening hours",
 }
 ASK_KIOSK = {"text": "Who manages the kiosk?", "documents": [MUSEUM, KIOSK]}
-ASK_FEE = {"text": "What does a ticket to the museum cost?", "documents": [MUSEUM]}
+# Not in the document (the default model invents a price for "What does a
+# ticket cost?": README, Limits).
+ASK_PHONE = {"text": "What is the museum's phone number?", "documents": [MUSEUM]}
 DETERMINISTIC = {"temperature": 0}
 
 
@@ -51,15 +53,15 @@ def server(real_settings: Settings, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def test_sync_batch_answers_one_and_refuses_the_other(server: str) -> None:
-    body = {"batch": [ASK_KIOSK, ASK_FEE], "modelConfig": DETERMINISTIC}
+    body = {"batch": [ASK_KIOSK, ASK_PHONE], "modelConfig": DETERMINISTIC}
     r = requests.post(server + RAG, json=body, timeout=120)
     assert r.status_code == 200, r.text
-    kiosk, fee = r.json()["predictions"]
+    kiosk, phone = r.json()["predictions"]
     assert "Dana Ortiz" in kiosk["answer"] and kiosk["answerFound"] is True
     assert kiosk["sources"] == ["http://example.com/kiosk"]
     assert kiosk["tokensUsed"]["promptTokens"] > 50 and kiosk["tokensUsed"]["completionTokens"] > 0
-    assert fee["answerFound"] is False and fee["sources"] == []
-    assert fee["answer"] == "Not possible to answer given this content."
+    assert phone["answerFound"] is False and phone["sources"] == []
+    assert phone["answer"] == "Not possible to answer given this content."
     # a follow-up without documents is answered from the conversation...
     first = {"batch": [ASK_KIOSK], "modelConfig": DETERMINISTIC}
     memory = requests.post(server + RAG, json=first, timeout=120).json()["predictions"][0][

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -201,13 +202,29 @@ def test_every_file_is_listed_and_one_can_be_deleted(
     wait.until(ec.text_to_be_present_in_element((By.ID, "files-count"), "130 files"))
     assert len(browser.find_elements(By.CSS_SELECTOR, "#files tbody tr")) == 130
 
-    row = browser.find_element(By.CSS_SELECTOR, "#files tbody tr")
-    path = row.find_element(By.CSS_SELECTOR, ".path").text
-    row.find_element(By.CSS_SELECTOR, "button.delete").click()
+    def delete_first_row(driver: WebDriver) -> str | bool:
+        # the page re-renders the table while files are processing: a row may
+        # go stale between finding it and clicking; then try the new one
+        try:
+            row = driver.find_element(By.CSS_SELECTOR, "#files tbody tr")
+            path = row.find_element(By.CSS_SELECTOR, ".path").text
+            row.find_element(By.CSS_SELECTOR, "button.delete").click()
+        except StaleElementReferenceException:
+            return False
+        return path
+
+    path = wait.until(delete_first_row)
     wait.until(ec.alert_is_present()).accept()
     wait.until(ec.text_to_be_present_in_element((By.ID, "files-count"), "129 files"))
     wait.until(ec.text_to_be_present_in_element((By.ID, "message"), f"{path} was deleted."))
-    listed = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#files .path")]
+
+    def listed_paths(driver: WebDriver) -> list[str] | bool:
+        try:
+            return [r.text for r in driver.find_elements(By.CSS_SELECTOR, "#files .path")]
+        except StaleElementReferenceException:
+            return False
+
+    listed = wait.until(listed_paths)
     assert path not in listed and len(listed) == 129
     remaining = listed_files(coll, auth)
     assert path not in [f["path"] for f in remaining] and len(remaining) == 129

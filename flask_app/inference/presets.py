@@ -27,7 +27,7 @@ class Artifact:
 class AnswerCalibration:
     """Answer-gate settings chosen for one model (see `rag.answer.AnswerConfig`)."""
 
-    refusal_probability: float  # refuse when P(refusal starts) > this × evidence score
+    refusal_probability: float  # refuse when P(the answer starts a refusal) > this
     judge: float  # refuse when the model's P(the documents state the answer) < this
 
 
@@ -71,7 +71,7 @@ QWEN_05B = LLMPreset(
         428_730_240,
     ),
     default_quant="q4_0",
-    calibration=AnswerCalibration(refusal_probability=0.1, judge=0.0),
+    calibration=AnswerCalibration(refusal_probability=0.2, judge=0.0),
 )
 
 QWEN_15B = LLMPreset(
@@ -85,7 +85,7 @@ QWEN_15B = LLMPreset(
     ),
     requantized=None,
     default_quant="q4_k_m",
-    calibration=AnswerCalibration(refusal_probability=0.1, judge=0.0),
+    calibration=AnswerCalibration(refusal_probability=0.3, judge=0.5),
 )
 
 PRESETS = {preset.name: preset for preset in (QWEN_05B, QWEN_15B)}

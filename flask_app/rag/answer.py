@@ -9,12 +9,15 @@ generation gated by the model's own refusal probability.
 (`rag.retrieval`); evidence units are ranked over its `top_k` best passages
 (or `candidates`, when more) and those of at most `top_k` passages reach the
 prompt; `question.form` says how the surface wants the model
-asked and refusals worded. The answer is the refusal, without generating, when no
-evidence unit covers enough of the question (`min_evidence`), and instead of
-generating when the first token's distribution gives the refusal more than
-`refusal_probability` × the evidence score (read from the answer's own prompt:
-no extra prompt, so the system prompt stays in the KV cache; the weaker the
-evidence, the stricter the gate). An answer that only restates the
+asked and refusals worded. The answer is the refusal, without generating, when
+nothing was retrieved; instead of generating when the model, asked on the
+answer's own prompt whether the documents state the answer, says yes with less
+than `judge` probability (a judge calibrated per model; 0 = not asked); and
+when the first token's distribution gives the refusal more than
+`refusal_probability` (read from the answer's own prompt: no extra prompt, so
+the system prompt stays in the KV cache). Shared words between question and
+passage decide nothing on their own: a question in other words than its
+passage still reaches the model. An answer that only restates the
 question, or answers "Which …" with the question's own subject and names
 nothing, gets an evidence line appended as a quote (the one it paraphrased,
 else the best); one that starts looping on a short piece ("1000000…") is
@@ -44,8 +47,8 @@ from flask_app.store import Hit
 class AnswerConfig:
     max_tokens: int = 256
     context_tokens: int = 1024
-    # refuse when P(first token starts a refusal) > this × the evidence score
-    refusal_probability: float = 0.1
+    # refuse when P(first token starts a refusal) > this
+    refusal_probability: float = 0.2
     # refuse when the model, asked whether the documents state the answer,
     # says yes with less than this probability (0: the judge is not asked)
     judge: float = 0.0
@@ -222,8 +225,7 @@ class AnswerStream:
         if self._probe is None:
             return False
         self.refusal_probability = self._probe.probability
-        limit = self._config.refusal_probability * self._grounding.evidence_score
-        return (self.refusal_probability or 0.0) > limit
+        return (self.refusal_probability or 0.0) > self._config.refusal_probability
 
     def __iter__(self) -> Iterator[str]:
         form = self._question.form
