@@ -6,8 +6,8 @@ its threshold), and the seeded sampler repeats the rest, so
 a run that records both signals without acting on them scores any pair:
 
     .venv/bin/python benches/rag_eval.py --split dev --surfaces answer --ungated \\
-        --json benches/results/rag_eval_dev_ungated.json
-    .venv/bin/python benches/gate_grid.py benches/results/rag_eval_dev_ungated.json
+        --json benches/results/rag_eval_ungated.json
+    .venv/bin/python benches/gate_grid.py benches/results/rag_eval_ungated.json
 
 `--gated-json OUT` also writes the run as the presets' calibrated gates would
 have answered it (a cut answer becomes the fixed sentence, its total time its

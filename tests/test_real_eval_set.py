@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from benches.rag_eval import is_refusal
 from flask_app.inference.presets import DEFAULT_LLM
 from flask_app.settings import Settings
 from tests.test_eval_sets import write_set
@@ -75,7 +76,10 @@ def test_rag_eval_runs_a_held_out_set_given_by_its_path(
     assert rows["Who manages the kiosk?"]["correct"]
     annex = rows["Which company services the annex pump?"]
     assert annex["recalled"] and annex["correct"], annex
-    assert rows["What is the boiling point of mercury?"]["correct"]  # declined
+    # an unanswerable question is scored correct exactly when the answer declines
+    # (the default model may answer this one from what it knows: README, Limits)
+    mercury = rows["What is the boiling point of mercury?"]
+    assert mercury["correct"] == is_refusal(mercury["answer"]), mercury
     result = report["results"][DEFAULT_LLM]["heldout/test"]
     assert result["answerable"] == 2 and result["unanswerable"] == 1
-    assert result["accuracy"] == 1.0 and result["correct_refusals"] == 1.0
+    assert result["accuracy"] == 1.0 and result["correct_refusals"] == float(mercury["correct"])

@@ -96,6 +96,28 @@ def test_a_question_the_documents_do_not_answer_gets_the_fixed_sentence(tour: st
     assert body["context_count"] == len(body["sources"]) >= 1  # the model was asked
 
 
+KIOSK_AND_MUSEUM = [
+    {"id": "kiosk", "text": "The kiosk's phone number is 555-0142 and its manager is Dana Ortiz."},
+    TOUR[0],
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="both models answer with the museum's hours, and the 1.5B's judge says yes "
+    "(README, Limits: another document's fact given as the answer)",
+)
+def test_another_documents_facts_are_not_given_as_the_answer(server: str) -> None:
+    """The kiosk's opening hours are not stored; the museum's are, and share
+    words with the question."""
+    assert requests.delete(server + "/store", timeout=10).ok
+    items = {"store_mode": "text", "items": KIOSK_AND_MUSEUM}
+    assert requests.post(server + "/upload", json=items, timeout=60).status_code == 200
+    assert "Dana Ortiz" in str(answer(server, {"query": "Who runs the kiosk?"})["answer"])
+    body = answer(server, {"query": "What are the kiosk's opening hours?"})
+    assert body["answer"] == NO_CONTEXT_ANSWER, body
+
+
 def test_the_moorcheh_documentations_football_example(server: str, tmp_path: Path) -> None:
     assert requests.delete(server + "/store", timeout=10).ok
     vector = np.random.default_rng(7).standard_normal(384)

