@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benches import eval_sets
 from flask_app.inference.presets import PRESETS
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
 
@@ -184,6 +185,8 @@ def main() -> None:
     report = json.loads(args.run.read_text())
     everything = [r for r in report["answers"] if r["surface"] == "answer"]
     rows = [r for r in everything if args.split in ("all", r["split"])]
+    if args.split == "dev":  # the held-out sets' dev splits are not for tuning either
+        rows = [r for r in rows if r["set"] not in eval_sets.HELD_OUT]
     if not rows:
         parser.error(f"{args.run}: no answers of the {args.split} split")
     for llm in dict.fromkeys(r["llm"] for r in rows):

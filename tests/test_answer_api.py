@@ -118,10 +118,10 @@ def test_a_question_in_other_words_than_the_passage_reaches_the_model(tmp_path: 
 
 
 def test_a_likely_refusal_at_the_first_token_becomes_the_fixed_sentence(tmp_path: Path) -> None:
-    backend = ScriptedBackend("It opened in 1998.", refusal_probability=0.3)  # > 0.2 (default)
+    backend = ScriptedBackend("It opened in 1998.", refusal_probability=0.4)  # > 0.3 (default)
     client = build(tmp_path, backend).test_client()
     body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
-    assert body["answer"] == NO_CONTEXT_ANSWER and body["refusal_probability"] == 0.3
+    assert body["answer"] == NO_CONTEXT_ANSWER and body["refusal_probability"] == 0.4
     # the model was asked: the passages it was given are reported
     assert body["context_count"] == len(body["sources"]) >= 1 and len(backend.prompts) == 1
     backend.refusal_probability = 0.01

@@ -225,7 +225,7 @@ def test_every_file_is_listed_and_one_can_be_deleted(
             return False
 
     listed = wait.until(listed_paths)
-    assert path not in listed and len(listed) == 129
+    assert isinstance(listed, list) and path not in listed and len(listed) == 129
     remaining = listed_files(coll, auth)
     assert path not in [f["path"] for f in remaining] and len(remaining) == 129
 

@@ -71,7 +71,7 @@ QWEN_05B = LLMPreset(
         428_730_240,
     ),
     default_quant="q4_0",
-    calibration=AnswerCalibration(refusal_probability=0.2, judge=0.0),
+    calibration=AnswerCalibration(refusal_probability=0.3, judge=0.0),
 )
 
 QWEN_15B = LLMPreset(

@@ -48,7 +48,7 @@ class AnswerConfig:
     max_tokens: int = 256
     context_tokens: int = 1024
     # refuse when P(first token starts a refusal) > this
-    refusal_probability: float = 0.2
+    refusal_probability: float = 0.3
     # refuse when the model, asked whether the documents state the answer,
     # says yes with less than this probability (0: the judge is not asked)
     judge: float = 0.0
