@@ -36,11 +36,12 @@ def server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
     llm: str = request.param
-    path = Settings.load({"llm": llm}, {"EDGERAG_MODEL_DIR": str(real_settings.model_dir)})
-    if not path.llm_path().is_file():
-        pytest.fail(f"{path.llm_path()} is missing; run `edgerag pull --llm {llm}`")
+    served = Settings.load({"llm": llm}, {"EDGERAG_MODEL_DIR": str(real_settings.model_dir)})
+    if not served.llm_path().is_file():
+        pytest.fail(f"{served.llm_path()} is missing; run `edgerag pull --llm {llm}`")
     where = tmp_path_factory.mktemp(llm)
     args = ["--llm", llm, "--data-dir", str(where / "data")]
+    args += ["--model-dir", str(real_settings.model_dir)]
     try:
         running = start_server(args, where / "server.log", timeout=180)
     except ServerFailed as exc:
