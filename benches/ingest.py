@@ -23,7 +23,9 @@ from pathlib import Path
 from pydoc_data.topics import topics
 from typing import Any
 
-from flask_app.api.engine import state
+from flask import current_app
+
+from flask_app.api.http.extensions import collections_of
 from flask_app.app import create_app
 from flask_app.inference.embed import LlamaEmbedder
 from flask_app.ingest.chunking import chunk
@@ -62,13 +64,15 @@ def ingest(client: Any, app: Any, body: dict[str, Any]) -> dict[str, Any]:
     r = client.post("/namespaces/bench/collections/docs/files", json=body)
     assert r.status_code == 202, r.get_json()
     with app.app_context():
-        assert state.ingestor().wait_idle(3600)
+        assert collections_of(current_app).ingestor.wait_idle(3600)
     seconds = time.perf_counter() - start
     record = client.get(f"/namespaces/bench/collections/docs/files/{r.get_json()['file_id']}")
     info = record.get_json()
     assert info["status"] == "ready", info
     with app.app_context():
-        chunks = len(state.catalog().spans_of([info["file_id"]])[info["file_id"]])
+        chunks = len(
+            collections_of(current_app).catalog.spans_of([info["file_id"]])[info["file_id"]]
+        )
     return {
         "path": body["path"],
         "bytes": info["size_bytes"],
@@ -106,7 +110,7 @@ def main() -> None:
             "batched_idle_cores": default,
         }
         with app.app_context():
-            ingestor = state.ingestor()
+            ingestor = collections_of(current_app).ingestor
         file = {"path": "thousand.md", "content_type": "text/markdown", "text": thousand_chunks()}
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in embedders}
         for _ in range(2):

@@ -190,7 +190,9 @@ def ask_engine(client: Any, collection: str, question: str) -> dict[str, Any]:
 
 
 def upload_engine(client: Any, app: Any, collection: str, documents: list[dict[str, Any]]) -> None:
-    from flask_app.api.engine import state
+    from flask import current_app
+
+    from flask_app.api.http.extensions import collections_of
 
     client.put("/namespaces/eval")
     client.put(f"/namespaces/eval/collections/{collection}")
@@ -199,7 +201,7 @@ def upload_engine(client: Any, app: Any, collection: str, documents: list[dict[s
         r = client.post(f"/namespaces/eval/collections/{collection}/files", json=body)
         assert r.status_code == 202, r.get_json()
     with app.app_context():
-        assert state.ingestor().wait_idle(600)
+        assert collections_of(current_app).ingestor.wait_idle(600)
 
 
 def wilson(hits: int, n: int, z: float = 1.96) -> list[float] | None:

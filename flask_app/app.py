@@ -32,9 +32,8 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     lucidworks.install(app)
     engine.install(app)
     openai.install(app)
-    engine_state = app.extensions["edgerag_engine"]
-    catalog = engine_state.catalog
     services = extensions.services_of(app)
+    catalog = extensions.collections_of(app).catalog
     queues = {"research": app.extensions[research.EXTENSION].pending}
     if services.jobs is not None:
         queues["lucidworks"] = services.jobs.pending

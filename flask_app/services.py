@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from flask_app.file_collections import FileCollections
 from flask_app.inference.embed import Embedder, LlamaEmbedder
 from flask_app.inference.llm import LLM, LlamaBackend
 from flask_app.rag.jobs import Jobs
@@ -24,6 +25,7 @@ class Services:
     llm: LLM | None
     embedder: Embedder | None
     jobs: Jobs | None = None  # async work, created with the app when not given
+    collections: FileCollections | None = None  # created with the app when not given
 
 
 def _require(path_desc: str, path: object) -> None:

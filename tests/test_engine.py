@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flask import Flask
+from flask import Flask, current_app
 from flask.testing import FlaskClient
 
 from flask_app.api.engine import answer as engine_answer
-from flask_app.api.engine import state
+from flask_app.api.http.extensions import collections_of
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
@@ -44,7 +44,7 @@ def build(
 
 def idle(app: Flask) -> None:
     with app.app_context():
-        assert state.ingestor().wait_idle(20)
+        assert collections_of(current_app).ingestor.wait_idle(20)
 
 
 def upload(
@@ -251,7 +251,9 @@ def test_e11_e12_collection_states(tmp_path: Path) -> None:
     )
     idle(app)
     with app.app_context():  # a file still processing
-        state.catalog().add_file("ops", "fresh", "f.md", "text/markdown", b"text", {}, [])
+        collections_of(current_app).catalog.add_file(
+            "ops", "fresh", "f.md", "text/markdown", b"text", {}, []
+        )
     r = ask(client, {"query": "q"}, "fresh")
     assert r.status_code == 409 and error_of(r)["code"] == "collection_not_ready"
     assert error_of(r)["retryable"] and r.headers["Retry-After"]
@@ -539,7 +541,7 @@ def test_each_format_is_extracted(
         record = upload(client, "docs", "f", "\ufeff" + payload, content_type=content_type)
     idle(app)
     with app.app_context():
-        text = state.catalog().text(record["file_id"])
+        text = collections_of(current_app).catalog.text(record["file_id"])
     assert text is not None and text.strip() == expected.strip()
     got = client.get(f"/namespaces/ops/collections/docs/files/{record['file_id']}").get_json()
     assert got["status"] == "ready" and got["char_count"] == len(text)
@@ -550,12 +552,12 @@ def test_ingestion_resumes_after_a_restart(tmp_path: Path) -> None:
     store = Store(settings.data_dir)
     app = create_app(settings, Services(store, None, HashEmbedder()))
     with app.app_context():  # accepted, never ingested: the process "died"
-        record, _ = state.catalog().add_file(
+        record, _ = collections_of(current_app).catalog.add_file(
             "ops", "runbooks", "d.md", "text/markdown", DEPLOY.encode(), {}, []
         )
-        state.catalog().put_namespace("ops")
-        state.catalog().put_collection("ops", "runbooks", None, None)
-        state.catalog().close()
+        collections_of(current_app).catalog.put_namespace("ops")
+        collections_of(current_app).catalog.put_collection("ops", "runbooks", None, None)
+        collections_of(current_app).catalog.close()
     store.close()
     again = create_app(settings, Services(Store(settings.data_dir), None, HashEmbedder()))
     idle(again)

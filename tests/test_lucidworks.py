@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import requests
 import sseclient
-from flask import Flask
+from flask import Flask, current_app
 from flask.testing import FlaskClient
 
 from flask_app import simcore
-from flask_app.api.engine import state as engine_state
+from flask_app.api.http.extensions import collections_of
 from flask_app.api.lucidworks.output import AnswerDeltas, parse, urls
 from flask_app.app import create_app
 from flask_app.inference.embed import Vectors, normalise
@@ -825,7 +825,7 @@ def engine_collections(tmp_path: Path, reply: str) -> tuple[Flask, FlaskClient, 
             client.post(f"/namespaces/ops/collections/{coll}/files", json=body).status_code == 202
         )
     with app.app_context():
-        assert engine_state.ingestor().wait_idle(20)
+        assert collections_of(current_app).ingestor.wait_idle(20)
     return app, client, backend
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import requests
+from flask import current_app
 from flask.testing import FlaskClient
 
-from flask_app.api.engine import state
+from flask_app.api.http.extensions import collections_of
 from flask_app.app import create_app
 from flask_app.services import load_services
 from flask_app.settings import Settings
@@ -63,7 +64,7 @@ def client(
                 c.post("/namespaces/ops/collections/runbooks/files", json=body).status_code == 202
             )
         with app.app_context():
-            assert state.ingestor().wait_idle(60)
+            assert collections_of(current_app).ingestor.wait_idle(60)
         listed = c.get("/namespaces/ops/collections/runbooks/files").get_json()["files"]
         assert [f["status"] for f in listed] == ["ready", "ready"]
         yield c

@@ -12,10 +12,9 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from flask_app import rag
-from flask_app.api.engine import citations, requests, state
+from flask_app.api.engine import citations, requests
 from flask_app.api.engine.errors import MAX_REQUEST_BYTES, TIMEOUT_MESSAGE, EngineError, invalid
 from flask_app.api.engine.filters import filter_condition
-from flask_app.api.engine.requests import NAME
 from flask_app.api.engine.resources import collection_or_404
 from flask_app.api.engine.schemas import (
     AnswerRequest,
@@ -26,17 +25,16 @@ from flask_app.api.engine.schemas import (
     ReadSpansResponse,
 )
 from flask_app.api.http.disconnect import client_gone_probe
-from flask_app.api.http.extensions import answer_config_of, services_of
+from flask_app.api.http.extensions import answer_config_of, collections_of, services_of
 from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import Operation, operation
 from flask_app.api.http.request_ids import request_id
 from flask_app.api.http.sse import event_stream, sse
+from flask_app.file_collections.names import PRINCIPALS_MAX
 from flask_app.inference.llm import ChatMessage, LLMError, LLMTimeout
 from flask_app.rag import evidence, prompts
 from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
-from flask_app.rag.retrieval import StoredCollection
-from flask_app.store.catalog import CollectionRecord, FileRecord, chunk_id
-from flask_app.store.file_query import readable_by
+from flask_app.store.catalog import CollectionRecord, FileRecord
 
 blueprint = Blueprint("engine_answer", __name__)
 TAG = "engine"
@@ -51,50 +49,16 @@ def _label(position: int, passage_id: str, metadata: dict[str, object] | None) -
     return f"Document {position + 1} ({citations.ref(position)}):"
 
 
-def find_collection(qualified: str) -> CollectionRecord | None:
-    """The collection named "namespace/collection" (None when there is none
-    or the name is not one)."""
-    ns, _, name = qualified.partition("/")
-    if not (NAME.fullmatch(ns) and NAME.fullmatch(name)):
-        return None
-    return state.catalog().collection(ns, name)
-
-
 def visible_files(
     collection: CollectionRecord, principals: list[str] | None, text_filter: str | None
 ) -> list[FileRecord]:
-    """Ready files the caller may read and the filter keeps (both looked up
-    through the catalog's indexes)."""
-    ns, name = collection.namespace, collection.name
-    conditions = [filter_condition(ns, name, text_filter)]
-    if collection.access_control == "enforced":
-        conditions.append(readable_by(principals or [], ns, name))
-    return state.catalog().files_where(ns, name, [c for c in conditions if c is not None])
-
-
-def files_retriever(
-    collection: CollectionRecord,
-    files: list[FileRecord],
-    spans: dict[str, list[tuple[int, int]]],
-    question: rag.Question,
-) -> StoredCollection | None:
-    """Search over the chunks of `files` only (None: nothing to search)."""
-    services = services_of(current_app)
-    only = {chunk_id(fid, n) for fid, chunk_spans in spans.items() for n in range(len(chunk_spans))}
-    if not only or services.embedder is None:
-        return None
-    chunks = services.store.collection(collection.namespace, collection.name)
-    vector = rag.query_vector(chunks, question, services.embedder)
-    # every stored chunk visible (no filter, no ACL, nothing processing):
-    # search without an allow-list, whose cost would follow the collection
-    everything = len(files) == collection.file_count and len(only) == len(chunks)
-    return StoredCollection(
-        chunks, vector, only=None if everything else only, embedder=services.embedder
-    )
+    """Ready files the caller may read and the filter (Engine syntax) keeps."""
+    condition = filter_condition(collection.namespace, collection.name, text_filter)
+    return collections_of(current_app).visible_files(collection, principals, condition)
 
 
 def require_principals(collection: CollectionRecord, principals: list[str] | None) -> None:
-    if collection.access_control == "enforced" and not principals:
+    if collections_of(current_app).needs_principals(collection, principals):
         raise invalid(
             "principals is required for collections with enforced access control.", "principals"
         )
@@ -242,8 +206,9 @@ def start_answer(
     monotonic time); the reply turns the model's text into the body."""
     collection, files = check_answerable(ns, name, ask)
     services = services_of(current_app)
+    collections = collections_of(current_app)
     depth, units, effort_credits = EFFORT[ask.effort]
-    spans = state.catalog().spans_of([f.file_id for f in files])
+    spans = collections.catalog.spans_of([f.file_id for f in files])
     style = ask.instructions if ask.instructions else prompts.DEFAULT_STYLE
     form = prompts.AnswerForm(
         system=prompts.system_prompt(style), label=_label, refusal=NOT_FOUND_ANSWER
@@ -253,7 +218,7 @@ def start_answer(
     config = replace(
         answer_config_of(current_app), evidence_units=units, piece_blocks=True, evidence_only=True
     )
-    retriever = files_retriever(collection, files, spans, question)
+    retriever = collections.retriever(collection, files, spans, question)
     if retriever is not None:
         grounding = ground(services.llm, retriever, question, config)
     else:
@@ -364,7 +329,7 @@ def read_spans(ns: str, name: str) -> ResponseReturnValue:
         record = visible.get(span.file_id)
         if record is None:
             raise EngineError(404, "not_found", f"Not found: file {span.file_id}")
-        text = state.catalog().text(span.file_id) or ""
+        text = collections_of(current_app).catalog.text(span.file_id) or ""
         if span.end > len(text):
             raise invalid(
                 f"spans[{i}] ends after the file's {len(text)} characters.", f"spans[{i}]"
@@ -412,7 +377,7 @@ def info() -> Response:
                     "query_image_max_bytes": requests.IMAGE_MAX_BYTES,
                     "query_image_media_types": list(requests.IMAGE_TYPES),
                     "filter_max_chars": requests.FILTER_MAX,
-                    "principals_max": requests.PRINCIPALS_MAX,
+                    "principals_max": PRINCIPALS_MAX,
                 },
             },
             "read_spans": {

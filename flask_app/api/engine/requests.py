@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from flask_app.api.engine.errors import invalid
+from flask_app.file_collections.names import NAME, PRINCIPAL, PRINCIPAL_MAX, PRINCIPALS_MAX
 
 EFFORTS = ("medium", "high")
 SOURCES_MODES = ("all", "cited", "none")
@@ -19,8 +20,6 @@ HISTORY_MAX = 32
 HISTORY_MESSAGE_MAX = 32000
 IMAGE_MAX_BYTES = 4_194_304
 FILTER_MAX = 4000
-PRINCIPALS_MAX = 100
-PRINCIPAL_MAX = 256
 MAX_SPANS = 50
 MAX_SPAN_CHARS = 32000
 MAX_CONTEXT_CHARS = 2000
@@ -38,8 +37,6 @@ ANSWER_FIELDS = (
 )
 READ_SPANS_FIELDS = ("spans", "context_chars", "include", "principals")
 
-NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
-PRINCIPAL = re.compile(r"[^:\s]+:\S+")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
 

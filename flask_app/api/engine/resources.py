@@ -11,7 +11,6 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from flask_app.api.engine import state
 from flask_app.api.engine.errors import EngineError, invalid, not_found
 from flask_app.api.engine.filters import filter_condition
 from flask_app.api.engine.requests import check_name, is_base64, principals_of
@@ -26,6 +25,7 @@ from flask_app.api.engine.schemas import (
     Namespace,
 )
 from flask_app.api.http.auth import require_namespace
+from flask_app.api.http.extensions import collections_of
 from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import operation
 from flask_app.api.http.request_ids import request_id
@@ -116,7 +116,7 @@ def _token(last: str | None) -> str | None:
 def namespace_or_404(ns: str) -> NamespaceRecord:
     check_name("namespace", ns)
     require_namespace(ns)
-    record = state.catalog().namespace(ns)
+    record = collections_of(current_app).catalog.namespace(ns)
     if record is None:
         raise not_found(f"namespace {ns}")
     return record
@@ -125,7 +125,7 @@ def namespace_or_404(ns: str) -> NamespaceRecord:
 def collection_or_404(ns: str, name: str) -> CollectionRecord:
     namespace_or_404(ns)
     check_name("collection", name)
-    record = state.catalog().collection(ns, name)
+    record = collections_of(current_app).catalog.collection(ns, name)
     if record is None:
         raise not_found(f"collection {ns}/{name}")
     return record
@@ -151,7 +151,7 @@ def put_namespace(ns: str) -> ResponseReturnValue:
     body = _optional_json()
     if body:
         raise invalid(f"Unknown field: {next(iter(body))}", next(iter(body)))
-    record, created = state.catalog().put_namespace(ns)
+    record, created = collections_of(current_app).catalog.put_namespace(ns)
     return _ok(_namespace_json(record), 201 if created else 200)
 
 
@@ -166,7 +166,7 @@ def get_namespace(ns: str) -> ResponseReturnValue:
 def delete_namespace(ns: str) -> ResponseReturnValue:
     namespace_or_404(ns)
     try:
-        state.catalog().delete_namespace(ns)
+        collections_of(current_app).catalog.delete_namespace(ns)
     except NotEmpty:
         raise EngineError(
             409, "namespace_not_empty", "The namespace still contains collections."
@@ -197,7 +197,9 @@ def put_collection(ns: str, name: str) -> ResponseReturnValue:
     if access is not None and access not in ("open", "enforced"):
         raise invalid("access_control must be one of: open, enforced", "access_control")
     try:
-        record, created = state.catalog().put_collection(ns, name, description, access)
+        record, created = collections_of(current_app).catalog.put_collection(
+            ns, name, description, access
+        )
     except ValueError as exc:
         raise invalid(str(exc), "access_control") from None
     return _ok(collection_json(record), 201 if created else 200)
@@ -225,7 +227,7 @@ def get_collection(ns: str, name: str) -> ResponseReturnValue:
 def list_collections(ns: str) -> ResponseReturnValue:
     namespace_or_404(ns)
     size, after = _page()
-    records = state.catalog().collections(ns, size + 1, after)
+    records = collections_of(current_app).catalog.collections(ns, size + 1, after)
     more = len(records) > size
     records = records[:size]
     return _ok(
@@ -239,16 +241,8 @@ def list_collections(ns: str) -> ResponseReturnValue:
 @blueprint.delete("/namespaces/<ns>/collections/<name>")
 @operation(summary="Delete a collection and its files", tag=TAG, status=204, error=EngineErrorBody)
 def delete_collection(ns: str, name: str) -> ResponseReturnValue:
-    collection_or_404(ns, name)
-    state.catalog().delete_collection(ns, name)
-    current_app_store().drop(ns, name)  # frees the chunks' disk
+    collections_of(current_app).delete_collection(collection_or_404(ns, name))
     return Response(status=204, headers={"X-Request-Id": request_id()})
-
-
-def current_app_store() -> Any:
-    from flask_app.api.http.extensions import services_of
-
-    return services_of(current_app).store
 
 
 def _metadata(value: Any) -> dict[str, Any]:
@@ -311,16 +305,12 @@ def upload_file(ns: str, name: str) -> ResponseReturnValue:
             raise invalid("data must be non-empty valid base64.", "data")
     metadata = _metadata(body.get("metadata"))
     principals = principals_of(body) or []
-    if collection.access_control == "enforced" and not principals:
+    collections = collections_of(current_app)
+    if collections.needs_principals(collection, principals):
         raise invalid(
             "principals is required for collections with enforced access control.", "principals"
         )
-    record, replaced = state.catalog().add_file(
-        ns, name, path, str(content_type), raw, metadata, principals
-    )
-    if replaced is not None:
-        state.forget_chunks(ns, name, replaced)
-    state.ingestor().start()
+    record = collections.add_file(collection, path, str(content_type), raw, metadata, principals)
     return _ok(file_json(record), 202)
 
 
@@ -345,7 +335,7 @@ def list_files(ns: str, name: str) -> ResponseReturnValue:
     readers = request.args.getlist("principals")
     if readers and collection.access_control == "enforced":
         conditions.append(readable_by(readers, ns, name))
-    records = state.catalog().files_where(
+    records = collections_of(current_app).catalog.files_where(
         ns,
         name,
         [c for c in conditions if c is not None],
@@ -364,7 +354,7 @@ def list_files(ns: str, name: str) -> ResponseReturnValue:
 
 def _file_or_404(ns: str, name: str, file_id: str) -> FileRecord:
     collection_or_404(ns, name)
-    record = state.catalog().file(file_id)
+    record = collections_of(current_app).catalog.file(file_id)
     if record is None or (record.namespace, record.collection) != (ns, name):
         raise not_found(f"file {file_id}")
     return record
@@ -381,7 +371,5 @@ def get_file(ns: str, name: str, file_id: str) -> ResponseReturnValue:
 @blueprint.delete("/namespaces/<ns>/collections/<name>/files/<file_id>")
 @operation(summary="Delete a file", tag=TAG, status=204, error=EngineErrorBody)
 def delete_file(ns: str, name: str, file_id: str) -> ResponseReturnValue:
-    _file_or_404(ns, name, file_id)
-    state.forget_chunks(ns, name, file_id)
-    state.catalog().delete_file(file_id)
+    collections_of(current_app).delete_file(_file_or_404(ns, name, file_id))
     return Response(status=204, headers={"X-Request-Id": request_id()})

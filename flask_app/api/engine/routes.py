@@ -1,16 +1,15 @@
 """Install the Engine surface on an app: its routes, error envelope,
-request ids, body limit, catalog, ingestion worker and research runs."""
+request ids, body limit and research runs (the file collections it serves
+are the core's)."""
 
 from __future__ import annotations
 
 from flask import Flask
 
-from flask_app.api.engine import answer, errors, research, resources, state
+from flask_app.api.engine import answer, errors, research, resources
 from flask_app.api.http import errors as http_errors
 from flask_app.api.http.extensions import services_of, settings_of
-from flask_app.ingest.worker import Ingestor
 from flask_app.rag.jobs import Jobs
-from flask_app.store.catalog import Catalog
 
 PREFIXES = ("/namespaces", "/info")
 
@@ -18,9 +17,6 @@ PREFIXES = ("/namespaces", "/info")
 def install(app: Flask) -> None:
     settings = settings_of(app)
     services = services_of(app)
-    catalog = Catalog(settings.data_dir / "catalog.sqlite3")
-    ingestor = Ingestor(catalog, services.store, services.embedder)
-    app.extensions[state.KEY] = state.EngineState(catalog, ingestor)
     app.register_blueprint(resources.blueprint)
     app.register_blueprint(answer.blueprint)
     runs = Jobs(settings.data_dir / "research_runs.sqlite3", retention_s=research.RETENTION_S)
@@ -32,6 +28,3 @@ def install(app: Flask) -> None:
         http_errors.add_surface(app, prefix, errors.render)
     limits = app.config.setdefault("EDGERAG_BODY_LIMITS", [])
     limits.append(("/namespaces/", errors.MAX_REQUEST_BYTES))
-
-    if catalog.pending():
-        ingestor.start()  # files accepted before a restart

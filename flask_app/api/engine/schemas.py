@@ -12,11 +12,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from flask_app.api.engine import requests as limits
+from flask_app.file_collections import names
 from flask_app.ingest.extract import CONTENT_TYPES
 
 MetadataValue = str | float | bool
 Principal = Annotated[
-    str, Field(min_length=1, max_length=limits.PRINCIPAL_MAX, pattern=r"^[^:\s]+:\S+$")
+    str,
+    Field(min_length=1, max_length=names.PRINCIPAL_MAX, pattern=f"^(?:{names.PRINCIPAL.pattern})$"),
 ]
 
 
@@ -47,7 +49,7 @@ class AnswerRequest(_Request):
     history: list[HistoryMessage] = Field(default=[], max_length=limits.HISTORY_MAX)
     filter: str | None = Field(default=None, max_length=limits.FILTER_MAX)
     principals: list[Principal] | None = Field(
-        default=None, min_length=1, max_length=limits.PRINCIPALS_MAX
+        default=None, min_length=1, max_length=names.PRINCIPALS_MAX
     )
 
 
@@ -65,7 +67,7 @@ class ReadSpansRequest(_Request):
     context_chars: int = Field(default=0, ge=0, le=limits.MAX_CONTEXT_CHARS)
     include: list[Literal["text"]] = ["text"]
     principals: list[Principal] | None = Field(
-        default=None, min_length=1, max_length=limits.PRINCIPALS_MAX
+        default=None, min_length=1, max_length=names.PRINCIPALS_MAX
     )
 
 
@@ -80,7 +82,7 @@ class FileUpload(_Request):
     text: str | None = Field(default=None, description="for text types")
     data: str | None = Field(default=None, description="base64, for application/pdf")
     metadata: dict[str, MetadataValue] = Field(default={}, max_length=64)
-    principals: list[Principal] = Field(default=[], max_length=limits.PRINCIPALS_MAX)
+    principals: list[Principal] = Field(default=[], max_length=names.PRINCIPALS_MAX)
 
 
 # --- responses ------------------------------------------------------------------------

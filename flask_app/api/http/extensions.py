@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from flask import Flask
 
-from flask_app.api.moorcheh.scores import cosine_floor
+from flask_app.file_collections import FileCollections
 from flask_app.rag.answer import AnswerConfig
+from flask_app.rag.score_mapping import cosine_floor
 from flask_app.services import Services
 from flask_app.settings import Settings
 
@@ -13,12 +14,23 @@ KEY = "edgerag"
 
 
 def install(app: Flask, settings: Settings, services: Services) -> None:
+    if services.collections is None:
+        services.collections = FileCollections.open(
+            settings.data_dir, services.store, services.embedder
+        )
     app.extensions[KEY] = {"settings": settings, "services": services}
 
 
 def services_of(app: Flask) -> Services:
     services: Services = app.extensions[KEY]["services"]
     return services
+
+
+def collections_of(app: Flask) -> FileCollections:
+    """The app's file collections (every surface shares them)."""
+    found = services_of(app).collections
+    assert found is not None  # set by install()
+    return found
 
 
 def settings_of(app: Flask) -> Settings:

@@ -1,9 +1,9 @@
 """Collection-backed RAG (spec §10, an edgerag extension Lucidworks ignores):
-a request whose `useCaseConfig.collection` names an Engine collection
+a request whose `useCaseConfig.collection` names a file collection
 ("namespace/collection") gets, for each item sent without documents, the
 `useCaseConfig.topK` best passages of that collection as its documents,
-found the way the Engine's `:answer` finds them (hybrid retrieval over the
-ready files the `principals` may read): body = the passage, source = the
+found by the core's collection search (hybrid retrieval over the ready
+files the `principals` may read, as every surface finds them): body = the passage, source = the
 file's path, title = its file name, date = when the file was uploaded.
 """
 
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from flask import current_app
+
 from flask_app import rag
-from flask_app.api.engine import state
-from flask_app.api.engine.answer import files_retriever, find_collection, visible_files
+from flask_app.api.http.extensions import collections_of
 from flask_app.api.http.json_body import BadRequest
 from flask_app.api.lucidworks import errors
 from flask_app.api.lucidworks.schemas import Document, RagRequest
@@ -26,10 +27,11 @@ def check_collection(request: RagRequest) -> CollectionRecord | None:
     use = request.useCaseConfig
     if use.collection is None:
         return None
-    record = find_collection(use.collection)
+    collections = collections_of(current_app)
+    record = collections.find(use.collection)
     if record is None:
         raise errors.NotFound(f"Unknown collection: {use.collection}")
-    if record.access_control == "enforced" and not use.principals:
+    if collections.needs_principals(record, use.principals):
         raise BadRequest(
             "useCaseConfig.principals is required for collections with enforced access control"
         )
@@ -43,29 +45,23 @@ def with_collection_documents(request: RagRequest) -> RagRequest:
     if record is None or all(item.documents for item in request.batch):
         return request
     use = request.useCaseConfig
-    files = visible_files(record, use.principals, None)
-    spans = state.catalog().spans_of([f.file_id for f in files])
-    by_id = {f.file_id: f for f in files}
+    collections = collections_of(current_app)
     items = []
     for item in request.batch:
         if item.documents:
             items.append(item)
             continue
-        question = rag.Question(query=item.text, top_k=use.topK)
-        retriever = files_retriever(record, files, spans, question)
-        hits = retriever.passages(item.text, use.topK) if retriever is not None else []
-        documents = []
-        for hit in hits:
-            file = by_id.get(str((hit.metadata or {}).get("file_id")))
-            if file is None:  # deleted since the files were listed
-                continue
-            documents.append(
-                Document(
-                    body=hit.text,
-                    source=file.path,
-                    title=PurePosixPath(file.path).name,
-                    date=rfc3339(file.created_at),  # as the Engine lists the file
-                )
+        found = collections.search(
+            record, use.principals, rag.Question(query=item.text, top_k=use.topK)
+        )
+        documents = [
+            Document(
+                body=passage.hit.text,
+                source=passage.file.path,
+                title=PurePosixPath(passage.file.path).name,
+                date=rfc3339(passage.file.created_at),  # as the Engine lists the file
             )
+            for passage in found
+        ]
         items.append(item.model_copy(update={"documents": documents}))
     return request.model_copy(update={"batch": items})

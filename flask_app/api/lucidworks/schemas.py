@@ -18,8 +18,8 @@ from pydantic import (
     field_validator,
 )
 
-from flask_app.api.engine.requests import PRINCIPAL, PRINCIPAL_MAX, PRINCIPALS_MAX
 from flask_app.api.http.json_body import BadRequest
+from flask_app.file_collections.names import PRINCIPAL, PRINCIPAL_MAX, PRINCIPALS_MAX
 
 # an Engine principal, as its collections' access control reads it
 Principal = Annotated[

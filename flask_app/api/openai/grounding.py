@@ -17,9 +17,7 @@ from typing import Any
 from flask import current_app
 
 from flask_app import rag
-from flask_app.api.engine import state
-from flask_app.api.engine.answer import files_retriever, find_collection, visible_files
-from flask_app.api.http.extensions import answer_config_of, services_of
+from flask_app.api.http.extensions import answer_config_of, collections_of, services_of
 from flask_app.api.openai import errors
 from flask_app.api.openai.schemas import EDGE_STORE, ChatRequest, RagOptions
 from flask_app.inference.llm import ChatMessage, Sampling
@@ -74,7 +72,8 @@ def ground_chat(chat: ChatRequest, options: RagOptions, sampling: Sampling) -> G
             for h in grounding.sources
         ]
         return GroundedQuestion(question, grounding, sources)
-    record = find_collection(options.collection)
+    collections = collections_of(current_app)
+    record = collections.find(options.collection)
     if record is None:
         raise errors.OpenAIError(
             404,
@@ -84,14 +83,14 @@ def ground_chat(chat: ChatRequest, options: RagOptions, sampling: Sampling) -> G
             "rag.collection",
             "not_found",
         )
-    if record.access_control == "enforced" and not options.principals:
+    if collections.needs_principals(record, options.principals):
         raise errors.invalid(
             "rag.principals is required for collections with enforced access control",
             "rag.principals",
         )
-    files = visible_files(record, options.principals, None)
-    spans = state.catalog().spans_of([f.file_id for f in files])
-    retriever = files_retriever(record, files, spans, question)
+    files = collections.visible_files(record, options.principals)
+    spans = collections.catalog.spans_of([f.file_id for f in files])
+    retriever = collections.retriever(record, files, spans, question)
     if retriever is None:
         return GroundedQuestion(question, Grounding([], [], None, 0.0, None), [])
     grounding = ground(services.llm, retriever, question, config)
