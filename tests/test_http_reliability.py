@@ -21,6 +21,7 @@ import pytest
 import requests
 from flask import Flask
 
+from flask_app.api.http.waitress_server import LINGER_BYTES
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
@@ -206,7 +207,7 @@ def test_a_chunked_body_is_refused_once_it_passes_the_limit(tmp_path: Path) -> N
         chunk = b" " * (256 << 10)
         sent = 0
         try:
-            for _ in range(160):  # 40 MiB at most; the old server read all of it
+            for _ in range(320):  # 80 MiB at most; the old server read all of it
                 sock.sendall(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                 sent += len(chunk)
         except (BrokenPipeError, ConnectionResetError):
@@ -214,8 +215,9 @@ def test_a_chunked_body_is_refused_once_it_passes_the_limit(tmp_path: Path) -> N
         status, body = read_reply(sock, 5)
         sock.close()
     assert status == 413 and "larger than the limit" in body, (status, body)
-    # refused soon after 1 MiB (what else was sent sat in the kernel's socket buffers)
-    assert sent <= 12 << 20, sent  # refused soon after 1 MiB, not after 10
+    # refused soon after 1 MiB; then at most LINGER_BYTES are read and dropped
+    # so the client can read its 413, and the rest sat in the kernel's buffers
+    assert sent <= (1 << 20) + LINGER_BYTES + (12 << 20), sent
 
 
 def test_a_wrong_content_type_is_refused_before_the_body(
@@ -344,3 +346,73 @@ def test_a_blocked_thread_does_not_hang_the_waiter_lock() -> None:
     assert isinstance(errors[0], LLMCancelled) and time.perf_counter() - started < 1.0
     assert gate.waiting == 0
     gate.release(0.1)
+
+
+# --- 8. every client reads the early refusal (lingering close) -------------------------
+
+
+def test_urllib_reads_the_413_of_an_over_limit_body(tmp_path: Path) -> None:
+    """The client is still sending when the 413 is decided; the server reads
+    and discards the rest (bounded) before closing, so the standard library's
+    client sees the response instead of `Connection reset by peer`."""
+    import json as json_module
+    import urllib.error
+    import urllib.request
+
+    app, _, _ = make(tmp_path, max_body_mb=1)
+    body = b'{"items": "' + b"x" * (8 << 20) + b'"}'
+    with serve_in_thread(app) as base:
+        for _ in range(3):  # a reset is a race: one lucky pass proves little
+            request = urllib.request.Request(
+                base + "/upload", data=body, headers={"Content-Type": "application/json"}
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=20)
+            assert refused.value.code == 413
+            payload = json_module.loads(refused.value.read())
+            assert payload["status"] == "error" and "larger than the limit" in payload["message"]
+
+
+def test_http_client_reads_the_413_of_an_over_limit_body(tmp_path: Path) -> None:
+    import http.client
+    import json as json_module
+
+    app, _, _ = make(tmp_path, max_body_mb=1)
+    body = b"[" + b"0," * (4 << 20) + b"0]"
+    with serve_in_thread(app) as base:
+        host, port = base.removeprefix("http://").split(":")
+        for _ in range(3):
+            connection = http.client.HTTPConnection(host, int(port), timeout=20)
+            try:
+                connection.request(
+                    "POST", "/search", body=body, headers={"Content-Type": "application/json"}
+                )
+                response = connection.getresponse()
+                assert response.status == 413
+                assert "larger than the limit" in json_module.loads(response.read())["message"]
+            finally:
+                connection.close()
+
+
+def test_a_client_that_keeps_sending_is_cut_off_after_the_linger(tmp_path: Path) -> None:
+    """The lingering read is bounded: a client streaming without end is closed
+    within seconds, having read its 413."""
+    app, _, _ = make(tmp_path, max_body_mb=1)
+    with serve_in_thread(app) as base:
+        sock = raw_request(
+            base,
+            "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {1 << 30}",
+        )
+        started = time.perf_counter()
+        chunk = b" " * (64 << 10)
+        closed = False
+        while time.perf_counter() - started < 20:
+            try:
+                sock.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+        elapsed = time.perf_counter() - started
+        sock.close()
+    assert closed and elapsed < 10, elapsed

@@ -1,8 +1,11 @@
 """The production server: waitress with the app's admission rules in its
-request parser, JSON error bodies, and client-disconnect detection."""
+request parser, JSON error bodies, client-disconnect detection, and a
+lingering close after an early refusal."""
 
 from __future__ import annotations
 
+import socket
+import time
 from typing import Any
 
 from flask import Flask
@@ -89,13 +92,75 @@ def parser_for(app: Flask) -> type[HTTPRequestParser]:
     return AdmittingParser
 
 
+# After a response that closes the connection (a 413 decided from the headers)
+# the client may still be sending its body; closing with unread data makes the
+# kernel send a reset, and clients that write the whole body before reading
+# (urllib, http.client) see `Connection reset by peer` instead of the response.
+# So, as nginx's lingering close: half-close, then read and discard, bounded.
+LINGER_S = 3.0
+LINGER_BYTES = 16 << 20
+
+
+class LingeringChannel(HTTPChannel):
+    """An HTTP channel that lingers (reads and discards) before closing."""
+
+    lingering = False
+    linger_until = 0.0
+    linger_left = 0
+
+    def handle_close(self) -> None:
+        sock = self.socket
+        if self.lingering or not self.connected or sock is None:
+            super().handle_close()
+            return
+        try:
+            sock.shutdown(socket.SHUT_WR)  # the response is out: FIN after it
+        except OSError:
+            super().handle_close()
+            return
+        self.lingering = True
+        self.will_close = self.close_when_flushed = False
+        self.linger_until = time.monotonic() + LINGER_S
+        self.linger_left = LINGER_BYTES
+
+    def readable(self) -> bool:
+        if not self.lingering:
+            return bool(super().readable())
+        if self.linger_left <= 0 or time.monotonic() > self.linger_until:
+            self.will_close = True  # closed by handle_write on the loop's next pass
+            return False
+        return True
+
+    def writable(self) -> bool:
+        return bool(self.will_close) if self.lingering else bool(super().writable())
+
+    def handle_write(self) -> None:
+        if self.lingering:
+            super().handle_close()
+            return
+        super().handle_write()
+
+    def handle_read(self) -> None:
+        if not self.lingering:
+            super().handle_read()
+            return
+        try:
+            data = self.socket.recv(1 << 16) if self.socket is not None else b""
+        except OSError:
+            data = b""
+        if not data:  # the client closed its side, or the socket failed
+            super().handle_close()
+            return
+        self.linger_left -= len(data)
+
+
 def make_server(
     app: Flask, *, host: str, port: int, threads: int, channel_timeout: float = 150.0
 ) -> Any:
     """A waitress server for `app`, bound and ready to `run()`."""
     limit = int(app.config.get("MAX_CONTENT_LENGTH") or 0)
 
-    class Channel(HTTPChannel):
+    class Channel(LingeringChannel):
         parser_class = parser_for(app)
 
     options: dict[str, Any] = {
