@@ -67,4 +67,13 @@ if [[ -n "$EXTRAS" ]] && ! command -v chromedriver >/dev/null; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
+# 4. For the API conformance test (--dev): schemathesis in its own environment,
+#    since its hypothesis pin clashes with the test suite's.
+SCHEMATHESIS_VERSION="4.32.5"
+ST_VENV="$ROOT/.venv-schemathesis"
+if [[ -n "$EXTRAS" ]] && [[ "$("$ST_VENV/bin/schemathesis" --version 2>/dev/null | awk '{print $NF}')" != "$SCHEMATHESIS_VERSION" ]]; then
+    say "installing schemathesis $SCHEMATHESIS_VERSION in $ST_VENV (API conformance test)"
+    "$PY" -m venv "$ST_VENV"
+    "$ST_VENV/bin/python" -m pip --disable-pip-version-check -q install "schemathesis==$SCHEMATHESIS_VERSION"
+fi
 say "environment ready: $VENV"

@@ -197,13 +197,12 @@ def test_real_responses_match_the_document(app: Flask) -> None:
         time.sleep(0.05)
     _check(doc, client, "POST", run_url + ":cancel", runs + "/{run_id}:cancel")
     _check(doc, client, "GET", "/info", "/info")
-    lw = "/ai/prediction/{use_case}/{model_id}"
     _check(
         doc,
         client,
         "POST",
         "/ai/prediction/rag/llama-3-8b-instruct",
-        lw,
+        "/ai/prediction/rag/{model_id}",
         json={
             "batch": [
                 {
@@ -218,7 +217,7 @@ def test_real_responses_match_the_document(app: Flask) -> None:
         client,
         "POST",
         "/ai/prediction/embedding/e5-small-v2",
-        lw,
+        "/ai/prediction/embedding/{model_id}",
         json={"batch": [{"text": "x"}]},
     )
     _check(
@@ -234,7 +233,7 @@ def test_real_responses_match_the_document(app: Flask) -> None:
         client,
         "POST",
         "/ai/async-prediction/rag/llama-3-8b-instruct",
-        "/ai/async-prediction/{use_case}/{model_id}",
+        "/ai/async-prediction/rag/{model_id}",
         json={"batch": [{"text": "q", "documents": [{"body": text, "source": "https://x/d"}]}]},
     )
     _check(

@@ -7,7 +7,12 @@ import re
 
 NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 NAME_PATTERN = "^[a-z0-9][a-z0-9-]{0,62}$"
-PRINCIPAL = re.compile(r"[^:\s]+:\S+")
+# "<kind>:<id>" without whitespace; the whitespace is spelled out (JSON
+# Schema's \s, which differs from Python's) so the OpenAPI pattern and this
+# check accept the same strings
+_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+PRINCIPAL_PATTERN = f"^[^:{_SPACE}]+:[^{_SPACE}]+$"
+PRINCIPAL = re.compile(PRINCIPAL_PATTERN[1:-1])
 PRINCIPALS_MAX = 100
 PRINCIPAL_MAX = 256
 

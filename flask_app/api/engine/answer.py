@@ -17,6 +17,7 @@ from flask_app.api.engine.errors import MAX_REQUEST_BYTES, TIMEOUT_MESSAGE, Engi
 from flask_app.api.engine.filters import filter_condition
 from flask_app.api.engine.resources import collection_or_404
 from flask_app.api.engine.schemas import (
+    AnswerDelta,
     AnswerRequest,
     AnswerResponse,
     EngineErrorBody,
@@ -131,6 +132,11 @@ def _source(
                 body=AnswerRequest,
                 response=AnswerResponse,
                 streams=True,
+                events=(
+                    ("delta", AnswerDelta),
+                    ("done", AnswerResponse),
+                    ("error", EngineErrorBody),
+                ),
                 error=EngineErrorBody,
             ),
         ),

@@ -73,6 +73,21 @@ def _ask(body: dict[str, Any]) -> requests.AnswerRequest:
     body=AnswerRequest,
     response=ResearchRunQueued,
     status=202,
+    links=tuple(
+        (
+            link,
+            target,
+            {
+                "ns": "$request.path.ns",
+                "name": "$request.path.name",
+                "run_id": "$response.body#/run_id",
+            },
+        )
+        for link, target in (
+            ("run", "engine_research.get_run.get"),
+            ("cancel", "engine_research.run_method.post.cancel"),
+        )
+    ),
     error=EngineErrorBody,
 )
 def submit(ns: str, name: str) -> ResponseReturnValue:

@@ -4,7 +4,6 @@ uploads are answered 202 and ingested by the worker."""
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from typing import Any
 
@@ -29,6 +28,7 @@ from flask_app.api.http.extensions import collections_of
 from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import operation
 from flask_app.api.http.request_ids import request_id
+from flask_app.file_collections.names import PRINCIPAL_PATTERN
 from flask_app.ingest.extract import BINARY_TYPES, CONTENT_TYPES
 from flask_app.store.catalog import (
     CollectionRecord,
@@ -41,12 +41,29 @@ from flask_app.store.file_query import readable_by
 
 blueprint = Blueprint("engine_resources", __name__)
 TAG = "engine"
+# OpenAPI links: where the created thing's names are found
+COLLECTION_OF_BODY = {"ns": "$response.body#/namespace", "name": "$response.body#/name"}
+FILE_OF_BODY = {
+    "ns": "$request.path.ns",
+    "name": "$request.path.name",
+    "file_id": "$response.body#/file_id",
+}
 
 MAX_PAGE = 100
+# padded URL-safe base64, as `_token` writes it
+TOKEN_PATTERN = re.compile(r"^(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2}==|[A-Za-z0-9_-]{3}=)?$")
 DEFAULT_PAGE = 50
-PAGING = (
-    ("page_size", f"1..{MAX_PAGE}, default {DEFAULT_PAGE}"),
-    ("page_token", "next_page_token of the previous page"),
+PAGING: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    (
+        "page_size",
+        f"1..{MAX_PAGE}, default {DEFAULT_PAGE}",
+        {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+    ),
+    (
+        "page_token",
+        "next_page_token of the previous page",
+        {"type": "string", "pattern": TOKEN_PATTERN.pattern},
+    ),
 )
 MAX_METADATA_KEYS = 64
 _KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -100,13 +117,12 @@ def _page() -> tuple[int, str | None]:
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
         raise invalid(f"page_size must be between 1 and {MAX_PAGE}.", "page_size")
     token = request.args.get("page_token") or None
-    after = None
-    if token:
-        try:
-            after = base64.urlsafe_b64decode(token.encode()).decode()
-        except (binascii.Error, UnicodeDecodeError):
-            raise invalid("page_token is not valid.", "page_token") from None
-    return int(raw), after
+    if token is None:
+        return int(raw), None
+    if not TOKEN_PATTERN.fullmatch(token):
+        raise invalid("page_token is not valid.", "page_token")
+    # any well-formed token is a position: list what sorts after it
+    return int(raw), base64.urlsafe_b64decode(token).decode(errors="replace")
 
 
 def _token(last: str | None) -> str | None:
@@ -143,6 +159,12 @@ def _optional_json() -> dict[str, Any]:
     tag=TAG,
     response=Namespace,
     status=201,
+    also=(200,),
+    links=(
+        ("namespace", "engine_resources.get_namespace.get", {"ns": "$response.body#/name"}),
+        ("collections", "engine_resources.list_collections.get", {"ns": "$response.body#/name"}),
+        ("put_collection", "engine_resources.put_collection.put", {"ns": "$response.body#/name"}),
+    ),
     error=EngineErrorBody,
 )
 def put_namespace(ns: str) -> ResponseReturnValue:
@@ -181,6 +203,18 @@ def delete_namespace(ns: str) -> ResponseReturnValue:
     body=CollectionRequest,
     response=CollectionBody,
     status=201,
+    also=(200,),
+    links=tuple(
+        (link, target, COLLECTION_OF_BODY)
+        for link, target in (
+            ("collection", "engine_resources.get_collection.get"),
+            ("upload_file", "engine_resources.upload_file.post"),
+            ("files", "engine_resources.list_files.get"),
+            ("answer", "engine_answer.collection_method.post.answer"),
+            ("read_spans", "engine_answer.collection_method.post.readSpans"),
+            ("research", "engine_research.submit.post"),
+        )
+    ),
     error=EngineErrorBody,
 )
 def put_collection(ns: str, name: str) -> ResponseReturnValue:
@@ -280,6 +314,10 @@ def _path(value: Any) -> str:
     body=FileUpload,
     response=FileBody,
     status=202,
+    links=(
+        ("file", "engine_resources.get_file.get", FILE_OF_BODY),
+        ("delete_file", "engine_resources.delete_file.delete", FILE_OF_BODY),
+    ),
     error=EngineErrorBody,
 )
 def upload_file(ns: str, name: str) -> ResponseReturnValue:
@@ -322,8 +360,12 @@ def upload_file(ns: str, name: str) -> ResponseReturnValue:
     error=EngineErrorBody,
     query=(
         *PAGING,
-        ("filter", "a filter of spec §6"),
-        ("principals", "repeatable: only files these principals may read"),
+        ("filter", "a filter of spec §6", {"type": "string"}),
+        (
+            "principals",
+            "repeatable: only files these principals may read",
+            {"type": "array", "items": {"type": "string", "pattern": PRINCIPAL_PATTERN}},
+        ),
     ),
 )
 def list_files(ns: str, name: str) -> ResponseReturnValue:

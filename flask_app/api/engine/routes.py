@@ -8,7 +8,9 @@ from flask import Flask
 
 from flask_app.api.engine import answer, errors, research, resources
 from flask_app.api.http import errors as http_errors
+from flask_app.api.http import openapi
 from flask_app.api.http.extensions import services_of, settings_of
+from flask_app.file_collections.names import NAME_PATTERN
 from flask_app.rag.jobs import Jobs
 
 PREFIXES = ("/namespaces", "/info")
@@ -24,6 +26,18 @@ def install(app: Flask) -> None:
     if llm is not None:
         runs.yield_to(lambda: llm.gate.waiting > 0)
     research.install(app, runs)
+    name = {"type": "string", "pattern": NAME_PATTERN, "maxLength": 63}
+    ulid = "[0-9A-HJKMNP-TV-Z]{26}"
+    openapi.describe_path_parameters(
+        app,
+        "/namespaces",
+        {
+            "ns": name,
+            "name": name,
+            "file_id": {"type": "string", "pattern": f"^file_{ulid}$"},
+            "run_id": {"type": "string", "pattern": f"^run_{ulid}$"},
+        },
+    )
     for prefix in PREFIXES:
         http_errors.add_surface(app, prefix, errors.render)
     limits = app.config.setdefault("EDGERAG_BODY_LIMITS", [])

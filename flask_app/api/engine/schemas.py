@@ -229,3 +229,9 @@ class Info(BaseModel):
     answer: dict[str, Any]
     read_spans: dict[str, int]
     filter: dict[str, list[str]]
+
+
+class AnswerDelta(BaseModel):
+    """A streamed `delta` event of `:answer`: the model's text as generated."""
+
+    text: str

@@ -17,7 +17,7 @@ from flask_app.api.http.disconnect import client_gone_probe
 from flask_app.api.http.errors import NotAnApiError
 from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
 from flask_app.api.http.json_body import BadRequest, json_object
-from flask_app.api.http.openapi import operation
+from flask_app.api.http.openapi import Operation, describe_path_parameters, operation
 from flask_app.api.http.sse import event_stream, sse
 from flask_app.api.lucidworks import embedding, errors, models
 from flask_app.api.lucidworks.collection import check_collection, with_collection_documents
@@ -25,6 +25,7 @@ from flask_app.api.lucidworks.predict import Surface, predict_rag, rewrite_query
 from flask_app.api.lucidworks.schemas import (
     AsyncResult,
     LucidworksError,
+    PredictionDelta,
     Predictions,
     RagRequest,
     Submitted,
@@ -73,15 +74,51 @@ def _wants_stream() -> bool:
 @blueprint.post("/prediction/<use_case>/<model_id>")
 @operation(
     summary="Predict: rag, standalone-query-rewriter or embedding",
-    description="`rag` answers each batch item from its documents (`Accept: "
-    "text/event-stream` streams `delta` events and one `done`); "
-    "`standalone-query-rewriter` rewrites follow-ups from the memory; "
-    "`embedding` embeds each text.",
     tag=TAG,
-    body=RagRequest | TextRequest,
-    response=Predictions,
-    streams=True,
-    error=LucidworksError,
+    # one route, a path per use case, each with its own request schema
+    paths=(
+        (
+            "/ai/prediction/rag/{model_id}",
+            Operation(
+                operation_id="lucidworks.prediction.rag",
+                summary="Answer each batch item from its documents (or a collection's)",
+                description="`Accept: text/event-stream` streams `delta` events and one "
+                "`done` whose data is the JSON body (or an `error`).",
+                tag=TAG,
+                body=RagRequest,
+                response=Predictions,
+                streams=True,
+                events=(
+                    ("delta", PredictionDelta),
+                    ("done", Predictions),
+                    ("error", LucidworksError),
+                ),
+                error=LucidworksError,
+            ),
+        ),
+        (
+            "/ai/prediction/standalone-query-rewriter/{model_id}",
+            Operation(
+                operation_id="lucidworks.prediction.standalone-query-rewriter",
+                summary="Rewrite follow-up questions as standalone ones, from the memory",
+                tag=TAG,
+                body=RagRequest,
+                response=Predictions,
+                error=LucidworksError,
+            ),
+        ),
+        (
+            "/ai/prediction/embedding/{model_id}",
+            Operation(
+                operation_id="lucidworks.prediction.embedding",
+                summary="Embed each text",
+                tag=TAG,
+                body=TextRequest,
+                response=Predictions,
+                error=LucidworksError,
+            ),
+        ),
+    ),
 )
 def prediction(use_case: str, model_id: str) -> ResponseReturnValue:
     if use_case == "rag":
@@ -167,9 +204,26 @@ def _stream(rag_request: RagRequest) -> Response:
 @operation(
     summary="Submit a rag prediction as a job",
     tag=TAG,
-    body=RagRequest,
-    response=Submitted,
-    error=LucidworksError,
+    paths=(
+        (
+            "/ai/async-prediction/rag/{model_id}",
+            Operation(
+                operation_id="lucidworks.async_prediction.rag",
+                summary="Submit a rag prediction as a job",
+                tag=TAG,
+                body=RagRequest,
+                response=Submitted,
+                links=(
+                    (
+                        "result",
+                        "lucidworks.async_result.get",
+                        {"prediction_id": "$response.body#/predictionId"},
+                    ),
+                ),
+                error=LucidworksError,
+            ),
+        ),
+    ),
 )
 def async_prediction(use_case: str, model_id: str) -> ResponseReturnValue:
     if use_case != "rag":
@@ -226,6 +280,9 @@ def install(app: Flask) -> None:
     surface = Surface(services, answer_config_of(app), conversations)
     app.extensions[KEY] = surface
     app.register_blueprint(blueprint)
+    describe_path_parameters(
+        app, "/ai/async-prediction/", {"prediction_id": {"type": "string", "format": "uuid"}}
+    )
     http_errors.add_surface(app, "/ai/", errors.render)
     if services.jobs is None:
         services.jobs = Jobs(settings.data_dir / "jobs.sqlite3")

@@ -19,12 +19,12 @@ from pydantic import (
 )
 
 from flask_app.api.http.json_body import BadRequest
-from flask_app.file_collections.names import PRINCIPAL, PRINCIPAL_MAX, PRINCIPALS_MAX
+from flask_app.file_collections.names import PRINCIPAL_MAX, PRINCIPAL_PATTERN, PRINCIPALS_MAX
 
 # an Engine principal, as its collections' access control reads it
 Principal = Annotated[
     StrictStr,
-    StringConstraints(pattern=f"^(?:{PRINCIPAL.pattern})$", min_length=1, max_length=PRINCIPAL_MAX),
+    StringConstraints(pattern=PRINCIPAL_PATTERN, min_length=1, max_length=PRINCIPAL_MAX),
 ]
 MAX_BATCH = 32
 MAX_DOCUMENTS = 100  # per batch item
@@ -232,3 +232,10 @@ class AsyncResult(BaseModel):
     status: Literal["SUBMITTED", "READY", "RETRIEVED", "ERROR"]
     predictions: list[RagPrediction] | None = None
     error: JobError | None = None
+
+
+class PredictionDelta(BaseModel):
+    """A streamed `delta` event of the rag use case: text of batch item `index`."""
+
+    index: int
+    text: str

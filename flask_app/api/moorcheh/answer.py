@@ -21,7 +21,14 @@ from flask_app.api.http.openapi import operation
 from flask_app.api.http.sse import event_stream, sse
 from flask_app.api.moorcheh import scores
 from flask_app.api.moorcheh.routes import kiosk_floor, parse_vector, top_k_value
-from flask_app.api.moorcheh.schemas import Answer, AnswerBody, MoorchehError
+from flask_app.api.moorcheh.schemas import (
+    Answer,
+    AnswerBody,
+    MoorchehError,
+    StreamError,
+    StreamMeta,
+    StreamToken,
+)
 from flask_app.inference.llm import LLM, ChatMessage, LLMError, LLMTimeout, Sampling
 from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
 from flask_app.rag.retrieval import StoredCollection
@@ -137,6 +144,12 @@ def answer() -> ResponseReturnValue:
     tag="moorcheh-edge",
     body=Answer,
     media_type="text/event-stream",
+    events=(
+        ("meta", StreamMeta),
+        ("token", StreamToken),
+        ("done", AnswerBody),
+        ("error", StreamError),
+    ),
     error=MoorchehError,
 )
 def answer_stream() -> ResponseReturnValue:

@@ -252,6 +252,8 @@ def search() -> ResponseReturnValue:
     floor = kiosk_floor(parsed.kiosk_mode, parsed.threshold)
     collection = _edge()
     if collection.info().dimension is None:
+        if not isinstance(parsed.query, str):
+            parse_vector(parsed.query, "query")  # a bad vector is a 400 on an empty store too
         return jsonify(results=[], execution_time=round(time.perf_counter() - started, 6))
     vector = _query_vector(parsed.query, collection)
     question = rag.Question(query="", top_k=k, min_cosine=floor, metadata=parsed.metadata)
@@ -304,9 +306,13 @@ def clear_store() -> ResponseReturnValue:
     response=Export,
     error=MoorchehError,
     query=(
-        ("limit", "page size 1..10000 (then next_cursor is set)"),
-        ("cursor", "next_cursor of the previous page"),
-        ("include_vectors", "true or false"),
+        (
+            "limit",
+            "page size 1..10000 (then next_cursor is set)",
+            {"type": "integer", "minimum": 1, "maximum": 10_000},
+        ),
+        ("cursor", "next_cursor of the previous page", {"type": "string"}),
+        ("include_vectors", "true or false", {"type": "boolean"}),
     ),
 )
 def export() -> ResponseReturnValue:

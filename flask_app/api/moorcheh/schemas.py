@@ -4,14 +4,51 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+)
+
+from flask_app.api.http.json_types import FLOAT32_OVERFLOW, JsonInt
 
 Number = Annotated[float, Strict()]  # ints accepted, strings and booleans not
+# numbers, checked (with the server's own messages) by simcore.matrix_from_lists
+VectorList = Annotated[
+    list[Any],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "items": {
+                "type": "number",
+                "exclusiveMinimum": -FLOAT32_OVERFLOW,
+                "exclusiveMaximum": FLOAT32_OVERFLOW,
+            },
+            "minItems": 1,
+            "maxItems": 4096,
+        }
+    ),
+]
 MetadataValue = StrictStr | StrictInt | Number | StrictBool | None
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+# kiosk mode needs a threshold (the server checks it; the schema says it)
+KIOSK_NEEDS_THRESHOLD = ConfigDict(
+    extra="ignore",
+    json_schema_extra={
+        "if": {"properties": {"kiosk_mode": {"const": True}}, "required": ["kiosk_mode"]},
+        "then": {"properties": {"threshold": {"type": "number"}}, "required": ["threshold"]},
+    },
+)
 
 
 class UploadItem(_Body):
@@ -40,9 +77,10 @@ class LegacyUpload(_Body):
 
 
 class Search(_Body):
-    query: list[Any] | StrictStr  # numbers checked by simcore.matrix_from_lists
-    top_k: StrictInt = 10
-    threshold: Number | None = None
+    model_config = KIOSK_NEEDS_THRESHOLD
+    query: VectorList | StrictStr
+    top_k: JsonInt = Field(default=10, ge=1, le=10_000)  # above 100: clamped to 100
+    threshold: Number | None = Field(default=None, ge=0.0, le=1.0)
     kiosk_mode: StrictBool = False
     metadata: dict[str, MetadataValue] | None = None
 
@@ -57,10 +95,11 @@ class HistoryTurn(_Body):
 
 
 class Answer(_Body):
+    model_config = KIOSK_NEEDS_THRESHOLD
     query: StrictStr = Field(min_length=1, max_length=8_000, pattern=r"\S")
-    query_vector: list[Any] | None = None  # numbers checked by simcore.matrix_from_lists
-    top_k: StrictInt = 5
-    threshold: Number | None = None
+    query_vector: VectorList | None = None
+    top_k: JsonInt = Field(default=5, ge=1, le=10_000)  # above 100: clamped to 100
+    threshold: Number | None = Field(default=None, ge=0.0, le=1.0)
     kiosk_mode: StrictBool = False
     header_prompt: StrictStr | None = Field(default=None, max_length=20_000)
     footer_prompt: StrictStr | None = Field(default=None, max_length=20_000)
@@ -74,6 +113,23 @@ class Answer(_Body):
 
 class MoorchehError(BaseModel):
     status: Literal["error", "failure"]
+    message: str
+
+
+class StreamMeta(BaseModel):
+    """`/answer/stream`'s first event: what the answer rests on."""
+
+    model: str
+    context_count: int
+    sources: list[dict[str, Any]]
+    query: str
+
+
+class StreamToken(BaseModel):
+    delta: str
+
+
+class StreamError(BaseModel):
     message: str
 
 

@@ -25,6 +25,7 @@ from flask_app.api.openai import errors
 from flask_app.api.openai.grounding import ground_chat
 from flask_app.api.openai.schemas import (
     ChatCompletion,
+    ChatCompletionChunk,
     ChatRequest,
     EmbeddingRequest,
     Embeddings,
@@ -110,6 +111,7 @@ def _chunk(
     body=ChatRequest,
     response=ChatCompletion,
     streams=True,
+    events=((None, ChatCompletionChunk), (None, OpenAIErrorBody), (None, "[DONE]")),
     error=OpenAIErrorBody,
 )
 def chat_completions() -> ResponseReturnValue:

@@ -3,10 +3,11 @@ as OpenAI clients send many optional ones)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
+from flask_app.api.http.json_types import JsonInt, JsonNumber
 from flask_app.api.openai.errors import invalid
 
 
@@ -26,7 +27,7 @@ class RagOptions(BaseModel):
     collection: str = Field(
         description=f'"<namespace>/<collection>" (Engine) or "{EDGE_STORE}" (the flat store)'
     )
-    top_k: int = Field(default=5, ge=1, le=24)
+    top_k: JsonInt = Field(default=5, ge=1, le=24)
     principals: list[str] | None = Field(default=None, min_length=1, max_length=100)
 
 
@@ -34,21 +35,24 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str
     messages: list[Message] = Field(min_length=1, max_length=256)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: JsonNumber | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: JsonNumber | None = Field(default=None, ge=0.0, le=1.0)
+    max_tokens: JsonInt | None = Field(default=None, ge=1)
+    max_completion_tokens: JsonInt | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
-    stream: bool = False
-    n: int = Field(default=1, ge=1, le=1)
+    seed: JsonInt | None = None
+    stream: StrictBool = False
+    n: JsonInt = Field(default=1, ge=1, le=1)
     rag: RagOptions | None = None  # extension: answer from a collection
 
 
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str
-    input: str | list[str] = Field(min_length=1)
+    input: (
+        Annotated[str, Field(min_length=1)]
+        | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=2048)]
+    )
     encoding_format: Literal["float", "base64"] = "float"
 
 
@@ -151,3 +155,25 @@ class Embeddings(BaseModel):
     data: list[Embedding]
     model: str
     usage: EmbeddingUsage
+
+
+class ChunkDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: ChunkDelta
+    finish_reason: Literal["stop", "length"] | None
+
+
+class ChatCompletionChunk(BaseModel):
+    """A streamed chunk (`stream: true`); the last one carries `rag` when grounded."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    rag: RagResult | None = None
