@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from tqdm import tqdm
 
 from flask_app.client import Client, EdgeragError
 
-DEFAULT_BASE_URL = "http://localhost:8080"
+DEFAULT_BASE_URL = os.environ.get("EDGERAG_BASE_URL", "http://localhost:8080")
 
 
 class UsageError(Exception):
