@@ -88,6 +88,7 @@ def test_upload_ask_stream_and_open_a_citation(
     assert browser.find_element(By.ID, "health-llm").text == "scripted-fake"
 
     # without the key the API refuses, and the page says so
+    browser.find_element(By.ID, "new-namespace").send_keys("ops")
     browser.find_element(By.ID, "new-collection").send_keys("runbooks")
     browser.find_element(By.ID, "create").click()
     wait.until(ec.text_to_be_present_in_element((By.ID, "message"), "API key"))
@@ -100,6 +101,9 @@ def test_upload_ask_stream_and_open_a_citation(
     assert Select(browser.find_element(By.ID, "collection")).first_selected_option.text == (
         "runbooks"
     )
+    picker = Select(browser.find_element(By.ID, "namespace"))
+    assert [o.text for o in picker.options] == ["moorcheh-edge store", "ops"]
+    assert picker.first_selected_option.text == "ops"
 
     # a file through the file input, and pasted text; each reaches "ready"
     doc = tmp_path / "deploy.md"
@@ -235,3 +239,68 @@ def test_every_file_is_listed_and_one_can_be_deleted(
         time.sleep(0.2)
     time.sleep(1.0)  # the page polls processing files every 0.3 s
     assert browser.find_element(By.ID, "message").text == f"{path} was deleted."
+
+
+TOUR = {
+    "documents": [
+        {
+            "id": "hours",
+            "text": "The Calder City Museum is open Tuesday to Sunday from 10:00 to 18:00 "
+            "and closed on Mondays.",
+        },
+        {"id": "wifi", "text": "The office guest Wi-Fi network is called Calder-Guest."},
+    ]
+}
+
+
+def test_the_store_the_cli_tour_filled_is_shown_and_answers(
+    browser: WebDriver, tmp_path: Path
+) -> None:
+    """A newcomer who followed the README tour (the CLI fills the
+    moorcheh-edge store) opens `/`: the page shows that store, not an empty
+    namespace, and answers a question about it with its sources."""
+    import json
+    import subprocess
+    import sys
+
+    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
+    backend = ScriptedBackend("The museum is closed on Mondays.")
+    backend.token_delay = 0.05
+    app = create_app(
+        settings, Services(Store(settings.data_dir), LLM(backend, timeout=30), HashEmbedder())
+    )
+    tour = tmp_path / "tour.json"
+    tour.write_text(json.dumps(TOUR))
+    with serve_in_thread(app) as base:
+        subprocess.run(
+            [
+                sys.executable,
+                *("-m", "flask_app.cli", "upload-documents"),
+                *("--documents-file", str(tour), "--base-url", base),
+            ],
+            check=True,
+            timeout=60,
+        )
+        # an Engine namespace exists too: the store is still what opens
+        import requests
+
+        assert requests.put(f"{base}/namespaces/ops", timeout=10).ok
+        browser.get(base + "/")
+        wait = WebDriverWait(browser, 20)
+        wait.until(ec.text_to_be_present_in_element((By.ID, "files-count"), "2 items"))
+        picker = Select(browser.find_element(By.ID, "namespace"))
+        assert [o.text for o in picker.options] == ["moorcheh-edge store", "ops"]
+        assert picker.first_selected_option.text == "moorcheh-edge store"
+        assert not browser.find_element(By.ID, "collection-label").is_displayed()
+        rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#files .path")]
+        assert sorted(r.split(":")[0] for r in rows) == ["hours", "wifi"]
+
+        browser.find_element(By.ID, "question").send_keys("Which day is the museum shut?")
+        browser.find_element(By.ID, "ask").click()
+        wait.until(
+            ec.text_to_be_present_in_element((By.ID, "answer"), "The museum is closed on Mondays.")
+        )
+        sources = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#sources li")]
+        assert sources and any(s.startswith("hours (") for s in sources), sources
+        assert "Which day is the museum shut?" in backend.prompts[-1]
+        assert "closed on Mondays" in backend.prompts[-1]  # the stored passage reached the model

@@ -265,6 +265,15 @@ class Catalog:
         )
         return NamespaceRecord(name, row[0]) if row else None
 
+    def namespaces(self, limit: int) -> list[NamespaceRecord]:
+        """The first `limit` namespaces by name."""
+        rows = (
+            self._db()
+            .execute("SELECT name, created_at FROM namespaces ORDER BY name LIMIT ?", (limit,))
+            .fetchall()
+        )
+        return [NamespaceRecord(name, created) for name, created in rows]
+
     def delete_namespace(self, name: str) -> bool:
         with self._tx() as db:
             if db.execute("SELECT 1 FROM collections WHERE namespace = ?", (name,)).fetchone():

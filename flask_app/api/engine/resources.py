@@ -22,8 +22,9 @@ from flask_app.api.engine.schemas import (
     Files,
     FileUpload,
     Namespace,
+    Namespaces,
 )
-from flask_app.api.http.auth import require_namespace
+from flask_app.api.http.auth import may_use_namespace, require_namespace
 from flask_app.api.http.extensions import collections_of
 from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import operation
@@ -50,6 +51,7 @@ FILE_OF_BODY = {
 }
 
 MAX_PAGE = 100
+MAX_NAMESPACES = 1000
 # padded URL-safe base64, as `_token` writes it
 TOKEN_PATTERN = re.compile(r"^(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2}==|[A-Za-z0-9_-]{3}=)?$")
 DEFAULT_PAGE = 50
@@ -151,6 +153,18 @@ def _optional_json() -> dict[str, Any]:
     if not request.get_data(cache=True).strip():
         return {}
     return json_object(request)
+
+
+@blueprint.get("/namespaces")
+@operation(
+    summary="The namespaces this key may use (an edgerag extension; at most 1,000)",
+    tag=TAG,
+    response=Namespaces,
+    error=EngineErrorBody,
+)
+def list_namespaces() -> ResponseReturnValue:
+    records = collections_of(current_app).catalog.namespaces(MAX_NAMESPACES)
+    return _ok({"namespaces": [_namespace_json(r) for r in records if may_use_namespace(r.name)]})
 
 
 @blueprint.put("/namespaces/<ns>")

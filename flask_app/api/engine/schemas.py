@@ -106,6 +106,16 @@ class Namespace(BaseModel):
     created_at: str
 
 
+class NamespaceSummary(BaseModel):
+    name: str
+    created_at: str
+
+
+class Namespaces(BaseModel):
+    request_id: str
+    namespaces: list[NamespaceSummary]
+
+
 class Collection(BaseModel):
     namespace: str
     name: str

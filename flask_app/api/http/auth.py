@@ -86,6 +86,12 @@ def require_namespace(ns: str) -> None:
         raise NamespaceForbidden()
 
 
+def may_use_namespace(ns: str) -> bool:
+    """The request's key reaches namespace `ns` (every key without a scope does)."""
+    scope: frozenset[str] | None = g.get("key_namespaces")
+    return scope is None or ns in scope
+
+
 def install(
     app: Flask,
     grants: tuple[Grant, ...],

@@ -1,5 +1,7 @@
-// edgerag's page: collections, uploads with progress, a streamed answer whose
-// citation markers open the cited span. Plain JS against the HTTP API.
+// edgerag's page: what is stored (the moorcheh-edge store the tour and the
+// CLI fill, and each namespace's collections), uploads with progress, a
+// streamed answer whose citation markers open the cited span. Plain JS
+// against the HTTP API.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -44,7 +46,9 @@ async function api(method, path, body) {
   return data;
 }
 
-const ns = () => $("namespace").value.trim();
+const STORE = ""; // the namespace picker's value for the moorcheh-edge store
+const ns = () => $("namespace").value;
+const inStore = () => ns() === STORE;
 const collection = () => $("collection").value;
 const base = () => `/namespaces/${encodeURIComponent(ns())}/collections/${encodeURIComponent(collection())}`;
 
@@ -64,7 +68,54 @@ async function loadHealth() {
   }
 }
 
+// The picker: the moorcheh-edge store, then every namespace the key may use.
+// First visit: the store when it holds items (the tour, the CLI), else the
+// first namespace.
+async function loadNamespaces(select) {
+  const picker = $("namespace");
+  // keep what is picked, unless the list held only the store (nothing to pick from yet)
+  const current = select ?? (picker.options.length > 1 ? picker.value : null);
+  let names = [];
+  try {
+    names = (await api("GET", "/namespaces")).namespaces.map((n) => n.name);
+  } catch (err) {
+    say(err.message, true);
+  }
+  const store = new Option("moorcheh-edge store", STORE);
+  picker.replaceChildren(store, ...names.map((name) => new Option(name, name)));
+  if (current !== null && (current === STORE || names.includes(current))) picker.value = current;
+  else {
+    let items = 0;
+    try { items = (await (await fetch("/health")).json()).items || 0; } catch (err) { /* shown by loadHealth */ }
+    picker.value = items || !names.length ? STORE : names[0];
+  }
+  await loadCollections();
+}
+
+async function loadStore() {
+  $("collection-label").hidden = true;
+  $("files-first").textContent = "Item";
+  try {
+    const page = await api("GET", `/export?limit=${MAX_LISTED_ITEMS}`);
+    const rows = page.items.map((item) => {
+      const row = document.createElement("tr");
+      row.dataset.item = item.id;
+      row.innerHTML = "<td class=path></td><td class='status ready'>stored</td><td></td><td></td>";
+      row.querySelector(".path").textContent = `${item.id}: ${item.text ?? ""}`;
+      return row;
+    });
+    $("files").tBodies[0].replaceChildren(...rows);
+    $("files-count").textContent = `${page.item_count} item${page.item_count === 1 ? "" : "s"} in the moorcheh-edge store`
+      + (page.next_cursor ? ` (first ${rows.length} shown)` : "");
+  } catch (err) {
+    say(err.message, true);
+  }
+}
+
 async function loadCollections(select) {
+  if (inStore()) return loadStore();
+  $("collection-label").hidden = false;
+  $("files-first").textContent = "Path";
   const list = $("collection");
   let names = [];
   try {
@@ -84,12 +135,15 @@ async function loadCollections(select) {
 
 async function createCollection() {
   const name = $("new-collection").value.trim();
+  const space = $("new-namespace").value.trim() || ns();
+  if (!space) return say("Name the new collection's namespace first.", true);
   if (!name) return say("Name the new collection first.", true);
   try {
-    await api("PUT", `/namespaces/${encodeURIComponent(ns())}`);
-    await api("PUT", `/namespaces/${encodeURIComponent(ns())}/collections/${encodeURIComponent(name)}`,
+    await api("PUT", `/namespaces/${encodeURIComponent(space)}`);
+    await api("PUT", `/namespaces/${encodeURIComponent(space)}/collections/${encodeURIComponent(name)}`,
       { access_control: $("new-access").value });
-    say(`Collection ${ns()}/${name} is ready for documents.`);
+    say(`Collection ${space}/${name} is ready for documents.`);
+    await loadNamespaces(space);
     await loadCollections(name);
   } catch (err) {
     say(err.message, true);
@@ -122,8 +176,10 @@ function fileRow(file) {
 }
 
 const MAX_LISTED = 5000; // files shown per collection (100 per request)
+const MAX_LISTED_ITEMS = 1000; // store items shown (one export page)
 
 async function loadFiles() {
+  if (inStore()) return loadStore();
   if (!collection()) return;
   try {
     const files = [];
@@ -211,6 +267,7 @@ function base64Of(buffer) {
 }
 
 async function uploadFiles() {
+  if (inStore()) return say("Files go into a collection: pick or create one (the store takes pasted text).", true);
   if (!collection()) return say("Create or pick a collection first.", true);
   const files = [...$("file-input").files];
   if (!files.length) return say("Choose files to upload.", true);
@@ -234,10 +291,19 @@ async function uploadFiles() {
 }
 
 async function pasteText() {
-  if (!collection()) return say("Create or pick a collection first.", true);
   const path = $("paste-path").value.trim();
   const text = $("paste-text").value;
   if (!path || !text.trim()) return say("Give the text a path and some content.", true);
+  if (inStore()) {
+    try {
+      await api("POST", "/upload", { store_mode: "text", items: [{ id: path, text }] });
+      say(`Stored ${path} in the moorcheh-edge store.`);
+      return await loadStore();
+    } catch (err) {
+      return say(err.message, true);
+    }
+  }
+  if (!collection()) return say("Create or pick a collection first.", true);
   const type = path.endsWith(".md") || path.endsWith(".markdown") ? "text/markdown" : "text/plain";
   try {
     await send({ path, content_type: type, text });
@@ -326,9 +392,39 @@ async function* events(response) {
   }
 }
 
+// The store's answer: /answer/stream (meta with the sources, token…, done).
+async function askStore(query) {
+  const response = await fetch("/answer/stream", {
+    method: "POST",
+    headers: headers({ "Content-Type": "application/json" }),
+    body: JSON.stringify({ query, top_k: 5 }),
+  });
+  if (!response.ok) {
+    const data = await response.json().catch(() => null);
+    throw new ApiError(response.status, errorText(response.status, data));
+  }
+  let text = "";
+  for await (const [event, data] of events(response)) {
+    if (event === "token") {
+      text += data.delta;
+      $("answer").textContent = text;
+    } else if (event === "meta" || event === "done") {
+      if (event === "done") $("answer").textContent = data.answer;
+      $("sources").replaceChildren(...data.sources.map((s) => {
+        const item = document.createElement("li");
+        item.textContent = `${s.id} (${s.label}, ${s.score.toFixed(2)}): ${s.text ?? ""}`;
+        return item;
+      }));
+      if (event === "done") say(data.context_count ? "" : "Nothing stored matched the question.");
+    } else if (event === "error") {
+      throw new ApiError(0, errorText(0, data));
+    }
+  }
+}
+
 async function ask() {
   const query = $("question").value.trim();
-  if (!collection()) return say("Create or pick a collection first.", true);
+  if (!inStore() && !collection()) return say("Create or pick a collection first.", true);
   if (!query) return say("Type a question.", true);
   const body = { query, effort: $("effort").value };
   const principals = principalsOf();
@@ -341,6 +437,7 @@ async function ask() {
   state.sources = [];
   say("Thinking…");
   try {
+    if (inStore()) return await askStore(query);
     const response = await fetch(`${base()}:answer`, {
       method: "POST",
       headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
@@ -377,11 +474,15 @@ function init() {
   key.value = localStorage.getItem("edgerag-key") || "";
   key.addEventListener("change", () => {
     localStorage.setItem("edgerag-key", key.value.trim());
-    loadCollections();
+    loadNamespaces();
   });
   $("namespace").addEventListener("change", () => loadCollections());
   $("collection").addEventListener("change", loadFiles);
-  $("refresh").addEventListener("click", () => loadCollections(collection()));
+  $("refresh").addEventListener("click", async () => {
+    const picked = collection();
+    await loadNamespaces();
+    if (!inStore()) await loadCollections(picked);
+  });
   $("create").addEventListener("click", createCollection);
   $("upload").addEventListener("click", uploadFiles);
   $("paste-upload").addEventListener("click", pasteText);
@@ -391,7 +492,7 @@ function init() {
   });
   loadHealth();
   setInterval(loadHealth, 5000);
-  loadCollections();
+  loadNamespaces();
 }
 
 document.addEventListener("DOMContentLoaded", init);
