@@ -1,1 +1,1 @@
-"""Benchmarks and load runs (see the README for each command)."""
+"""Benchmarks and load runs (docs/performance.md and docs/answer-quality.md give each command)."""

@@ -25,7 +25,7 @@ from flask_app.store import Store
 from tests.http_client import start_server
 
 DIM = 128
-# CI runs 4 rounds; the README figure: EDGERAG_CRASH_ROUNDS=20 pytest tests/test_crash.py
+# CI runs 4 rounds; docs/storage.md: EDGERAG_CRASH_ROUNDS=20 pytest tests/test_crash.py
 ROUNDS = int(os.environ.get("EDGERAG_CRASH_ROUNDS", "4"))
 WRITERS = 3
 BATCH = 25

@@ -3,7 +3,7 @@ JSON schemas (valid ones, ones with a field replaced by arbitrary JSON, and
 arbitrary bodies and content types). No response may be a 5xx, every error
 is JSON, and a rejected request never changes the store.
 
-CI runs EDGERAG_FUZZ_EXAMPLES (default 1,500) requests; the README's figure
+CI runs EDGERAG_FUZZ_EXAMPLES (default 1,500) requests; the documented figure
 comes from `EDGERAG_FUZZ_EXAMPLES=10000 .venv/bin/python -m pytest tests/test_fuzz.py`.
 """
 

@@ -67,7 +67,7 @@ def test_stream_is_grounded_and_deltas_join(client: FlaskClient) -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="the default model answers from what it knows (Canberra) when the stored "
-    "passages are off topic; the word-count gate that refused it is gone (README, Limits)",
+    "passages are off topic; the word-count gate that refused it is gone (docs/limits.md)",
 )
 def test_off_topic_question_gets_the_fixed_sentence(client: FlaskClient) -> None:
     body = client.post("/answer", json={"query": "What is the capital of Australia?"}).get_json()
@@ -109,7 +109,7 @@ def test_the_kiosk_manager_and_the_museum_closing_day_are_answered(fresh: FlaskC
 def test_a_fixed_subset_of_the_evaluation_stays_above_a_floor(fresh: FlaskClient) -> None:
     """A loose guard on the README's numbers: the first questions of each set
     (in the committed run: 20 of 35 answered, 1 of 14 refused; the default
-    model rarely declines, README Limits)."""
+    model rarely declines, docs/limits.md)."""
     from benches import eval_sets
     from benches.rag_eval import is_refusal, mentions
 

@@ -77,7 +77,7 @@ def test_rag_eval_runs_a_held_out_set_given_by_its_path(
     annex = rows["Which company services the annex pump?"]
     assert annex["recalled"] and annex["correct"], annex
     # an unanswerable question is scored correct exactly when the answer declines
-    # (the default model may answer this one from what it knows: README, Limits)
+    # (the default model may answer this one from what it knows: docs/limits.md)
     mercury = rows["What is the boiling point of mercury?"]
     assert mercury["correct"] == is_refusal(mercury["answer"]), mercury
     result = report["results"][DEFAULT_LLM]["heldout/test"]

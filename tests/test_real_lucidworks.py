@@ -32,7 +32,7 @@ MUSEUM = {
 }
 ASK_KIOSK = {"text": "Who manages the kiosk?", "documents": [MUSEUM, KIOSK]}
 # Not in the document (the default model invents a price for "What does a
-# ticket cost?": README, Limits).
+# ticket cost?": docs/limits.md).
 ASK_PHONE = {"text": "What is the museum's phone number?", "documents": [MUSEUM]}
 DETERMINISTIC = {"temperature": 0}
 
@@ -76,7 +76,7 @@ def test_sync_batch_answers_one_and_refuses_the_other(server: str) -> None:
     assert again["memoryUuid"] == memory
     assert "Dana Ortiz" in again["answer"] and again["sources"] == ["http://example.com/kiosk"]
     # ...and only from it: the phone number was in a document, not in an answer
-    # (the default model may invent one instead of declining: README, Limits)
+    # (the default model may invent one instead of declining: docs/limits.md)
     follow["batch"] = [{"text": "What is the phone number of the kiosk?"}]
     last = requests.post(server + RAG, json=follow, timeout=120).json()["predictions"][0]
     assert "555-0142" not in last["answer"], last

@@ -82,7 +82,7 @@ def test_the_tours_questions_are_answered(tour: str, question: str, said: str) -
 @pytest.mark.xfail(
     strict=True,
     reason="a yes-or-no question whose answer follows from a schedule: both models decline "
-    "(or the 1.5B says yes when sampling); see README, Limits",
+    "(or the 1.5B says yes when sampling); see docs/limits.md",
 )
 def test_can_i_visit_on_a_monday_is_answered_no(tour: str) -> None:
     body = answer(tour, {"query": "Can I visit the museum on a Monday?"})
@@ -106,7 +106,7 @@ KIOSK_AND_MUSEUM = [
 @pytest.mark.xfail(
     strict=True,
     reason="both models answer with the museum's hours, and the 1.5B's judge says yes "
-    "(README, Limits: another document's fact given as the answer)",
+    "(docs/limits.md: another document's fact given as the answer)",
 )
 def test_another_documents_facts_are_not_given_as_the_answer(server: str) -> None:
     """The kiosk's opening hours are not stored; the museum's are, and share

@@ -3,7 +3,7 @@
 The retrieved passages are cut into units (paragraphs, sentences); each unit
 is scored by how much of the question's content words (weighted by rarity
 among the units) it contains. (Scoring units by embedding as well bought
-nothing on the dev sets and cost ~0.5 s per question: README.) The few
+nothing on the dev sets and cost ~0.5 s per question: docs/answer-quality.md.) The few
 best units, each with its neighbours (a definition's heading, a following
 "it defaults to..."), become the prompt's text instead of whole passages:
 the small model sees the lines that answer, and the prompt stays short.

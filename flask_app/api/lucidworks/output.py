@@ -6,7 +6,7 @@
 
 The model is asked as `/answer` asks it (same system prompt, same refusal
 gates: the 0.5B model answers and refuses far better in plain prose than in
-this format, README "Answer quality"), so its output is usually prose. The
+this format, docs/answer-quality.md), so its output is usually prose. The
 tolerant parser reads the contract when the output has it; otherwise the
 whole output is the answer and the server writes the contract around it,
 with SOURCES from the checked evidence.

@@ -76,7 +76,7 @@ class UseCaseConfig(_Lenient):
     memoryUuid: StrictStr | None = None
     answerNotFoundMessage: StrictStr | None = Field(default=None, min_length=1, max_length=500)
     # True unless sent: the evidence sentences answer better and faster than
-    # whole documents (README, Answer quality); false sends documents whole
+    # whole documents (docs/answer-quality.md); false sends documents whole
     extractRelevantContent: StrictBool = True
     dataType: Literal["query", "passage"] | None = None
     # edgerag extension (spec §10): items without documents are answered from
