@@ -392,19 +392,24 @@ async function* events(response) {
   }
 }
 
-// The store's answer: /answer/stream (meta with the sources, token…, done).
-async function askStore(query) {
-  const response = await fetch("/answer/stream", {
+// POST `body` asking for server-sent events; an error status throws its message.
+async function streamed(path, body) {
+  const response = await fetch(path, {
     method: "POST",
-    headers: headers({ "Content-Type": "application/json" }),
-    body: JSON.stringify({ query, top_k: 5 }),
+    headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+    body: JSON.stringify(body),
   });
   if (!response.ok) {
     const data = await response.json().catch(() => null);
     throw new ApiError(response.status, errorText(response.status, data));
   }
+  return events(response);
+}
+
+// The store's answer: /answer/stream (meta with the sources, token…, done).
+async function askStore(query) {
   let text = "";
-  for await (const [event, data] of events(response)) {
+  for await (const [event, data] of await streamed("/answer/stream", { query, top_k: 5 })) {
     if (event === "token") {
       text += data.delta;
       $("answer").textContent = text;
@@ -438,17 +443,8 @@ async function ask() {
   say("Thinking…");
   try {
     if (inStore()) return await askStore(query);
-    const response = await fetch(`${base()}:answer`, {
-      method: "POST",
-      headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
-      body: JSON.stringify(body),
-    });
-    if (!response.ok) {
-      const data = await response.json().catch(() => null);
-      throw new ApiError(response.status, errorText(response.status, data));
-    }
     let text = "";
-    for await (const [event, data] of events(response)) {
+    for await (const [event, data] of await streamed(`${base()}:answer`, body)) {
       if (event === "delta") {
         text += data.text;
         $("answer").textContent = text.replace(MARKER, "").replace(PARTIAL_MARKER, "");
