@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 break
             except requests.ConnectionError:
                 assert proc.poll() is None, log.read_text()
-                subprocess.run(["sleep", "0.1"], check=True)
+                time.sleep(0.1)
         yield base
     finally:
         proc.terminate()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 NAME_PATTERN = "^[a-z0-9][a-z0-9-]{0,62}$"
+NAME = re.compile(NAME_PATTERN[1:-1])
 # "<kind>:<id>" without whitespace; the whitespace is spelled out (JSON
 # Schema's \s, which differs from Python's) so the OpenAPI pattern and this
 # check accept the same strings

@@ -18,7 +18,7 @@ from flask_app.ingest.extract import CONTENT_TYPES
 MetadataValue = str | float | bool
 Principal = Annotated[
     str,
-    Field(min_length=1, max_length=names.PRINCIPAL_MAX, pattern=f"^(?:{names.PRINCIPAL.pattern})$"),
+    Field(min_length=1, max_length=names.PRINCIPAL_MAX, pattern=names.PRINCIPAL_PATTERN),
 ]
 
 
@@ -100,15 +100,13 @@ class EngineErrorBody(BaseModel):
     error: EngineErrorDetail
 
 
-class Namespace(BaseModel):
-    request_id: str
-    name: str
-    created_at: str
-
-
 class NamespaceSummary(BaseModel):
     name: str
     created_at: str
+
+
+class Namespace(NamespaceSummary):
+    request_id: str
 
 
 class Namespaces(BaseModel):

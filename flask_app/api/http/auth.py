@@ -81,8 +81,7 @@ def tenant() -> str:
 def require_namespace(ns: str) -> None:
     """403 unless the request's key may use namespace `ns` (Engine resources
     call this after validating the body, as the spec's order wants)."""
-    scope: frozenset[str] | None = g.get("key_namespaces")
-    if scope is not None and ns not in scope:
+    if not may_use_namespace(ns):
         raise NamespaceForbidden()
 
 

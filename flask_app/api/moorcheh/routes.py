@@ -36,8 +36,8 @@ from flask_app.api.moorcheh.schemas import (
     Uploaded,
     UploadItem,
 )
-from flask_app.api.moorcheh.scores import cosine_floor
 from flask_app.inference.embed import EmbeddingError
+from flask_app.rag.score_mapping import cosine_floor
 from flask_app.services import Services
 from flask_app.store import Collection, CollectionInfo, CollectionUnavailable
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask_app.rag.score_mapping import cosine_floor, to_score
+from flask_app.rag.score_mapping import to_score
 from flask_app.store import Hit
-
-__all__ = ["cosine_floor", "label", "result", "to_score"]
 
 # (lower bound, label), highest first: cut-offs are sqrt(0.8), sqrt(0.4),
 # sqrt(0.2), sqrt(0.1), sqrt(0.05) and sqrt(0.01) rounded as the spec lists them.
