@@ -41,7 +41,11 @@ def _require(path_desc: str, path: object) -> None:
 
 def load_services(settings: Settings) -> Services:
     """The store first (a locked data directory fails fast), then the models."""
-    store = Store(settings.data_dir, search_threads=settings.search_threads)
+    store = Store(
+        settings.data_dir, search_threads=settings.search_threads, edge_index=settings.store_index
+    )
+    if settings.store_index:
+        store.edge()  # a binary index builds its codes now, not on the first search
     llm = None
     if not settings.no_llm:
         path = settings.llm_path()

@@ -180,6 +180,13 @@ class Settings:
         default="clip",
         metadata=_help("cosine -> [0, 1] score: clip = max(0, cos), shift = (cos + 1) / 2"),
     )
+    store_index: str = field(
+        default="",
+        metadata=_help(
+            "how the moorcheh-edge store is scanned: f32 (exact), int8 or binary (sign bits), "
+            "the last two then rescored exactly (default: as stored; f32 for a new store)"
+        ),
+    )
 
     def __post_init__(self) -> None:
         checks = [
@@ -233,6 +240,10 @@ class Settings:
                 "a scoped api key is KEY:ns1+ns2 with namespace names like ops or team-2",
             ),
             (self.score_mapping in ("clip", "shift"), "score_mapping must be clip or shift"),
+            (
+                self.store_index in ("", "f32", "int8", "binary"),
+                "store_index must be f32, int8 or binary",
+            ),
         ]
         for ok, message in checks:
             if not ok:

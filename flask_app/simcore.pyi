@@ -14,6 +14,7 @@ __all__ = [
     "NonFiniteError",
     "SimcoreValueError",
     "matrix_from_lists",
+    "popcount_kernel",
     "quantize_max_scale",
     "quantize_min_max",
     "reduce_dims",
@@ -64,6 +65,9 @@ def matrix_from_lists(
 def simd_level() -> str:
     """The SIMD level in use (capped by the SIMCORE_SIMD environment variable)."""
 
+def popcount_kernel() -> str:
+    """The popcount the binary (Hamming) scan uses: vpopcntdq, avx2 or scalar."""
+
 def supported_simd_levels() -> list[str]:
     """Every SIMD level this machine supports, slowest first."""
 
@@ -113,6 +117,12 @@ class Index:
         are rewritten (read access); only the switch to them excludes them.
         Returns false, changing nothing, when a write came in between.
         """
+    def build_binary(self) -> None:
+        """Build the sign-bit codes binary searches scan (in memory, derived
+        from the f32 rows, kept up to date by later writes)."""
+    @property
+    def binary_bytes(self) -> int:
+        """Bytes the sign-bit codes hold in memory (0 when not built)."""
     def search(
         self,
         query: _Vector,

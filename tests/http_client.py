@@ -167,7 +167,7 @@ def start_server(
         try:
             requests.get(base + "/health", timeout=1)
             return ServerProcess(proc, base, time.perf_counter() - started)
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # not up, or still opening the store
             if proc.poll() is not None or time.perf_counter() - started > timeout:
                 proc.kill()
                 proc.wait(10)

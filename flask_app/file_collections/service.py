@@ -126,6 +126,14 @@ class FileCollections:
         self._forget_chunks(file.namespace, file.collection, file.file_id)
         self.catalog.delete_file(file.file_id)
 
+    def index_kind(self, record: CollectionRecord) -> str:
+        """How the collection's chunks are scanned (`f32`, `int8` or `binary`)."""
+        return self.store.collection(record.namespace, record.name).index_kind
+
+    def set_index(self, record: CollectionRecord, kind: str) -> None:
+        """Choose how the chunks are scanned (ValueError for an unknown kind)."""
+        self.store.collection(record.namespace, record.name).set_index(kind)
+
     def delete_collection(self, record: CollectionRecord) -> None:
         self.catalog.delete_collection(record.namespace, record.name)
         self.store.drop(record.namespace, record.name)  # frees the chunks' disk

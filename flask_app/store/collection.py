@@ -3,7 +3,8 @@ simcore index, kept consistent across crashes.
 
 Layout: `<data_dir>/<namespace>/<collection>/` holds `rows.sqlite` (WAL) and
 `index/` (simcore). A collection's settings (mode, dimension, embedding model)
-live in the `settings` table; the first upload fixes them.
+live in the `settings` table; the first upload fixes them. Its index kind
+(`f32`, `int8` or `binary`: how a search scans) can change at any time.
 
 Write protocol (every acknowledged write survives `kill -9`, nothing
 half-written is ever visible):
@@ -113,6 +114,18 @@ class CollectionInfo:
     mode: str | None
     embedding_model: str | None
     items: int
+    index: str = "f32"
+
+
+# How each index kind searches: (simcore mode, candidates kept per result for
+# the exact f32 rescoring). int8 and binary trade recall for speed; their
+# oversampling gives recall@10 >= 0.95 on real text (benches/binary_codes.py).
+INDEX_KINDS: dict[str, tuple[str, int]] = {
+    "f32": ("exact", 1),
+    "int8": ("int8", 4),
+    "binary": ("binary", 20),
+}
+DEFAULT_INDEX = "f32"
 
 
 def _meta_key(value: MetadataValue) -> tuple[str, Any]:
@@ -236,7 +249,30 @@ class Collection:
         index = self._open_or_create_index(dim)
         if self._search_threads is not None:
             index.threads = self._search_threads
+        if self.index_kind == "binary":
+            index.build_binary()  # codes live in memory only: built at open
         return index
+
+    @property
+    def index_kind(self) -> str:
+        """How searches scan: `f32` (exact), `int8` or `binary` (then exact rescoring)."""
+        return str(self._settings.get("index", DEFAULT_INDEX))
+
+    def set_index(self, kind: str) -> None:
+        """Choose how searches scan (ValueError for an unknown kind). Binary
+        codes are built here (one read of every vector) before searches use them."""
+        if kind not in INDEX_KINDS:
+            raise ValueError(f"index must be one of: {', '.join(INDEX_KINDS)} (got {kind!r})")
+        with self._writing():
+            if kind == self.index_kind:
+                return
+            if kind == "binary" and self._index is not None:
+                self._index.build_binary()
+            with self._write() as db:
+                db.execute(
+                    "INSERT OR REPLACE INTO settings VALUES ('index', ?)", (json.dumps(kind),)
+                )
+            self._settings["index"] = kind
 
     def _open_or_create_index(self, dim: int) -> simcore.Index:
         """The collection's index; created when a crash came before its first
@@ -347,7 +383,11 @@ class Collection:
     def info(self) -> CollectionInfo:
         s = self._settings
         return CollectionInfo(
-            s.get("dimension"), s.get("mode"), s.get("embedding_model"), self._count
+            s.get("dimension"),
+            s.get("mode"),
+            s.get("embedding_model"),
+            self._count,
+            self.index_kind,
         )
 
     def __len__(self) -> int:
@@ -421,11 +461,9 @@ class Collection:
             if index is None:
                 index = self._open_index(dim)
                 self._index = index
-                self._settings = {
-                    "mode": mode,
-                    "dimension": dim,
-                    "embedding_model": embedding_model,
-                }
+                self._settings.update(
+                    {"mode": mode, "dimension": dim, "embedding_model": embedding_model}
+                )
             self._apply(lambda: index.upsert(list(ids), vectors))
             self._count += new
             return self._count
@@ -490,11 +528,11 @@ class Collection:
         k: int,
         *,
         metadata: Mapping[str, MetadataValue] | None = None,
-        mode: str = "exact",
         only: AbstractSet[str] | None = None,
     ) -> list[Hit]:
         """Top-k by cosine similarity (raw inner product of unit vectors),
-        among the items matching `metadata` and (when given) in `only`."""
+        among the items matching `metadata` and (when given) in `only`; the
+        collection's index kind decides how the rows are scanned."""
         with self._reading():
             if self._index is None:
                 return []
@@ -506,7 +544,8 @@ class Collection:
                 allow = sorted(only) if allow is None else [i for i in allow if i in only]
             if allow is not None and not allow:
                 return []
-            ids, scores = index.search(q, k, mode=mode, allow=allow)
+            mode, oversample = INDEX_KINDS[self.index_kind]
+            ids, scores = index.search(q, k, mode=mode, oversample=oversample, allow=allow)
             rows = self._rows(ids)
         return [
             Hit(i, float(s), rows[i].text, rows[i].metadata)

@@ -27,9 +27,12 @@ class Store:
     EDGE_NAMESPACE = "_edge"
     EDGE_COLLECTION = "store"
 
-    def __init__(self, data_dir: Path, *, search_threads: int | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *, search_threads: int | None = None, edge_index: str = ""
+    ) -> None:
         self.data_dir = data_dir
         self.search_threads = search_threads
+        self.edge_index = edge_index  # the edge store's index kind; "" keeps what is stored
         data_dir.mkdir(parents=True, exist_ok=True)
         fd = _lock_exclusively(data_dir / ".lock")
         # released by close(), or when the store is garbage-collected
@@ -76,8 +79,12 @@ class Store:
             return self._collections[key]
 
     def edge(self) -> Collection:
-        """The moorcheh-edge flat store (one reserved collection)."""
-        return self.collection(self.EDGE_NAMESPACE, self.EDGE_COLLECTION)
+        """The moorcheh-edge flat store (one reserved collection), scanned as
+        `edge_index` says when set (a cleared store is recreated with it too)."""
+        edge = self.collection(self.EDGE_NAMESPACE, self.EDGE_COLLECTION)
+        if self.edge_index and edge.index_kind != self.edge_index:
+            edge.set_index(self.edge_index)
+        return edge
 
     def drop(self, namespace: str, name: str) -> None:
         """Remove a collection entirely (atomic rename, then delete)."""

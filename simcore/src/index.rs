@@ -1,6 +1,7 @@
 //! A collection's vectors: fixed dimension, string ids, upsert, delete with
 //! tombstones and compaction, optional persistence, and exact top-k search
-//! (f32, or int8 scan + exact f32 rescoring), filtered and batched.
+//! (f32, or an int8 or sign-bit scan + exact f32 rescoring), filtered and
+//! batched.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -8,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
+use crate::binary::{self, BitCodes, LANES};
 use crate::error::{SimcoreError, check_finite};
 use crate::file::{self, Batch, IndexFiles, Loaded, META_BYTES};
 use crate::kernels::{Kernels, QueryI8};
@@ -31,6 +33,9 @@ pub enum Mode {
     Exact,
     /// int8 scan keeping `k × oversample` candidates, then exact f32 rescoring.
     Int8 { oversample: usize },
+    /// Sign-bit (Hamming) scan keeping `k × oversample` candidates, then exact
+    /// f32 rescoring. Needs `Index::build_binary` first.
+    Binary { oversample: usize },
 }
 
 /// Counts returned by an upsert.
@@ -138,6 +143,9 @@ pub struct Index {
     n_deleted: usize,
     files: Option<(PathBuf, IndexFiles)>,
     threads: usize,
+    /// Sign-bit codes of every row, kept in memory only (derived from the f32
+    /// rows): built on request, then maintained by upserts and compactions.
+    bits: Option<BitCodes>,
     /// Counts the changes to the rows; a prepared compaction is installed
     /// only over the state it was built from.
     changes: u64,
@@ -149,6 +157,7 @@ pub struct Index {
 pub struct Compaction {
     changes: u64,
     rows: Prepared,
+    bits: Option<BitCodes>,
 }
 
 enum Prepared {
@@ -181,6 +190,7 @@ impl Index {
             n_deleted: 0,
             files: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            bits: None,
             changes: 0,
         })
     }
@@ -315,6 +325,32 @@ impl Index {
         Some(self.f32.row(view_f32, r)[..self.dim].to_vec())
     }
 
+    /// Build the sign-bit codes of every row (reads every f32 row once);
+    /// a no-op when they exist.
+    pub fn build_binary(&mut self) {
+        if self.bits.is_none() {
+            self.bits = Some(self.codes_of((0..self.rows()).map(|r| self.f32.row(view_f32, r))));
+        }
+    }
+
+    /// Whether the sign-bit codes are built.
+    pub fn has_binary(&self) -> bool {
+        self.bits.is_some()
+    }
+
+    /// Bytes the sign-bit codes hold in memory (0 when not built).
+    pub fn binary_bytes(&self) -> usize {
+        self.bits.as_ref().map_or(0, BitCodes::bytes)
+    }
+
+    fn codes_of<'a>(&self, rows: impl Iterator<Item = &'a [f32]>) -> BitCodes {
+        let mut bits = BitCodes::new(self.dim);
+        for row in rows {
+            bits.push(&row[..self.dim]);
+        }
+        bits
+    }
+
     fn check_vectors(&self, n: usize, values: &[f32]) -> Result<(), SimcoreError> {
         if n == 0 {
             return Ok(());
@@ -398,6 +434,11 @@ impl Index {
             self.ids.push(id.as_ref().to_owned());
         }
         self.deleted.resize(self.ids.len(), false);
+        if let Some(bits) = self.bits.as_mut() {
+            for row in values.chunks_exact(self.dim) {
+                bits.push(row);
+            }
+        }
         self.f32.tail.extend_from_slice(&enc.f32);
         self.i8.tail.extend_from_slice(&enc.i8);
         self.scales.extend_from_slice(&enc.scales);
@@ -464,10 +505,15 @@ impl Index {
         }
         let ids: Vec<String> = live.iter().map(|&r| self.ids[r].clone()).collect();
         let enc = self.encode(&values, live.len());
+        let bits = self
+            .bits
+            .as_ref()
+            .map(|_| self.codes_of(values.chunks_exact(self.dim)));
         let Some((root, files)) = self.files.as_ref() else {
             return Ok(Compaction {
                 changes: self.changes,
                 rows: Prepared::InMemory { ids, enc },
+                bits,
             });
         };
         let id_bytes = file::encode_ids(ids.iter().map(String::as_str));
@@ -485,6 +531,7 @@ impl Index {
         Ok(Compaction {
             changes: self.changes,
             rows: Prepared::OnDisk { generation },
+            bits,
         })
     }
 
@@ -538,6 +585,7 @@ impl Index {
                 ));
             }
         }
+        self.bits = prepared.bits;
         self.changes += 1;
         Ok(true)
     }
@@ -606,16 +654,34 @@ impl Index {
                 let candidates = self.collect(allow, wide, self.stride_i8, |lo, hi, top| {
                     self.scan_i8(kernels, &qi, lo, hi, allow, top)
                 });
-                let mut best = TopK::new(k);
-                for hit in candidates {
-                    best.push(
-                        (kernels.dot_f32)(q, &self.f32.row(view_f32, hit.row)[..self.dim]),
-                        hit.row,
-                    );
-                }
-                best.into_sorted()
+                self.rescore(kernels, q, k, candidates)
+            }
+            Mode::Binary { oversample } => {
+                let Some(bits) = self.bits.as_ref() else {
+                    return Err(SimcoreError::Invalid(
+                        "binary search needs the sign-bit codes: build them first".into(),
+                    ));
+                };
+                let qw = binary::sign_words(q, bits.words());
+                let wide = k.saturating_mul(oversample.max(1));
+                let candidates = self.collect(allow, wide, bits.words() * 8, |lo, hi, top| {
+                    self.scan_bits(kernels, bits, &qw, lo, hi, allow, top)
+                });
+                self.rescore(kernels, q, k, candidates)
             }
         })
+    }
+
+    /// The best `k` of `candidates` by exact f32 inner product.
+    fn rescore(&self, kernels: &Kernels, q: &[f32], k: usize, candidates: Vec<Hit>) -> Vec<Hit> {
+        let mut best = TopK::new(k);
+        for hit in candidates {
+            best.push(
+                (kernels.dot_f32)(q, &self.f32.row(view_f32, hit.row)[..self.dim]),
+                hit.row,
+            );
+        }
+        best.into_sorted()
     }
 
     /// Run `scan(lo, hi, top)` over the rows (or over positions of `allow`),
@@ -700,6 +766,43 @@ impl Index {
         });
     }
 
+    /// Rows `lo..hi` (or positions `lo..hi` of `allow`) by Hamming distance of
+    /// their sign bits to the query's (score: minus the distance).
+    #[allow(clippy::too_many_arguments)]
+    fn scan_bits(
+        &self,
+        kernels: &Kernels,
+        bits: &BitCodes,
+        qw: &[u64],
+        lo: usize,
+        hi: usize,
+        allow: Option<&[u32]>,
+        top: &mut TopK,
+    ) {
+        if let Some(rows) = allow {
+            for &r in &rows[lo..hi] {
+                let r = r as usize;
+                if !self.deleted[r] {
+                    top.push(-(bits.distance(qw, r) as f32), r);
+                }
+            }
+            return;
+        }
+        let mut dist = [0u32; BLOCK];
+        let mut start = lo - lo % LANES; // kernels read whole blocks of 8 rows
+        while start < hi {
+            let n = BLOCK.min((hi - start).next_multiple_of(LANES));
+            bits.distances(kernels, qw, start, &mut dist[..n]);
+            let (from, to) = (lo.max(start), hi.min(start + n));
+            for r in from..to {
+                if self.n_deleted == 0 || !self.deleted[r] {
+                    top.push(-(dist[r - start] as f32), r);
+                }
+            }
+            start += n;
+        }
+    }
+
     /// Offer a block's scores (rows `first..`) to `top`, skipping deleted rows.
     #[inline]
     fn push_live(&self, top: &mut TopK, scores: &[f32], first: usize) {
@@ -758,6 +861,13 @@ impl Index {
             });
         }
         check_finite(queries, "queries")?;
+        if let Mode::Binary { .. } = mode {
+            // the codes are small: one pass per query costs little next to rescoring
+            return queries
+                .chunks_exact(self.dim)
+                .map(|q| self.search(q, k, mode, None))
+                .collect();
+        }
         let kernels = Kernels::get();
         let qs: Vec<&[f32]> = queries.chunks_exact(self.dim).collect();
         let rows = self.rows();
@@ -773,6 +883,7 @@ impl Index {
                 Mode::Int8 { oversample } => {
                     self.batch_i8(kernels, &qs, k.saturating_mul(oversample.max(1)), lo, hi)
                 }
+                Mode::Binary { .. } => unreachable!("answered per query above"),
             }
         };
         let mut parts: Vec<Vec<TopK>> = if threads == 1 {
@@ -790,19 +901,10 @@ impl Index {
         }
         Ok(match mode {
             Mode::Exact => merged.into_iter().map(TopK::into_sorted).collect(),
-            Mode::Int8 { .. } => merged
+            Mode::Int8 { .. } | Mode::Binary { .. } => merged
                 .into_iter()
                 .zip(&qs)
-                .map(|(cands, q)| {
-                    let mut best = TopK::new(k);
-                    for hit in cands.into_sorted() {
-                        best.push(
-                            (kernels.dot_f32)(q, &self.f32.row(view_f32, hit.row)[..self.dim]),
-                            hit.row,
-                        );
-                    }
-                    best.into_sorted()
-                })
+                .map(|(cands, q)| self.rescore(kernels, q, k, cands.into_sorted()))
                 .collect(),
         })
     }

@@ -3,6 +3,7 @@
 //! The algorithms live in the modules below; `python` only holds the
 //! bindings (argument conversion, GIL release, error mapping).
 
+pub mod binary;
 pub mod cpu;
 pub mod error;
 pub mod file;
@@ -227,6 +228,12 @@ mod python {
         cpu::level().name()
     }
 
+    /// The popcount the binary (Hamming) scan uses: `vpopcntdq`, `avx2` or `scalar`.
+    #[pyfunction]
+    fn popcount_kernel() -> &'static str {
+        crate::kernels::Kernels::get().popcount
+    }
+
     /// Every SIMD level this machine supports, slowest first.
     #[pyfunction]
     fn supported_simd_levels() -> Vec<&'static str> {
@@ -237,9 +244,10 @@ mod python {
         match mode {
             "exact" => Ok(Mode::Exact),
             "int8" if oversample >= 1 => Ok(Mode::Int8 { oversample }),
-            "int8" => Err(SimcoreValueError::new_err("oversample must be >= 1")),
+            "binary" if oversample >= 1 => Ok(Mode::Binary { oversample }),
+            "int8" | "binary" => Err(SimcoreValueError::new_err("oversample must be >= 1")),
             other => Err(SimcoreValueError::new_err(format!(
-                "mode must be 'exact' or 'int8', got {other:?}"
+                "mode must be 'exact', 'int8' or 'binary', got {other:?}"
             ))),
         }
     }
@@ -292,6 +300,13 @@ mod python {
             f: impl FnOnce(&mut CoreIndex) -> R + Send,
         ) -> R {
             py.detach(|| f(&mut self.write()))
+        }
+
+        /// A binary search builds the sign-bit codes first when they are missing.
+        fn codes_for(&self, py: Python<'_>, mode: Mode) {
+            if matches!(mode, Mode::Binary { .. }) && !self.reading(py, CoreIndex::has_binary) {
+                self.writing(py, CoreIndex::build_binary);
+            }
         }
 
         fn owned_hits(index: &CoreIndex, hits: &[Hit]) -> (Vec<String>, Vec<f32>) {
@@ -415,9 +430,22 @@ mod python {
             .map_err(to_py)
         }
 
+        /// Build the sign-bit codes binary searches scan (in memory, derived
+        /// from the f32 rows; kept up to date by later writes). A no-op when built.
+        fn build_binary(&self, py: Python<'_>) {
+            self.writing(py, CoreIndex::build_binary);
+        }
+
+        /// Bytes the sign-bit codes hold in memory (0 when not built).
+        #[getter]
+        fn binary_bytes(&self, py: Python<'_>) -> usize {
+            self.reading(py, CoreIndex::binary_bytes)
+        }
+
         /// Top-k ids and scores for `query`, best first (ties: earlier insert).
-        /// mode "exact" scans f32; "int8" scans int8 codes, then rescores the
-        /// best k x oversample exactly. `allow` restricts the search to those ids.
+        /// mode "exact" scans f32; "int8" scans int8 codes and "binary" sign
+        /// bits (Hamming distance), then rescore the best k x oversample
+        /// exactly. `allow` restricts the search to those ids.
         #[pyo3(signature = (query, k, *, mode = "exact", oversample = 4, allow = None))]
         fn search<'py>(
             &self,
@@ -431,6 +459,7 @@ mod python {
             check_k(k)?;
             let mode = parse_mode(mode, oversample)?;
             let query = vector(&query);
+            self.codes_for(py, mode);
             let (ids, scores) = self
                 .reading(py, |index| {
                     let rows: Option<Vec<u32>> = allow.map(|ids| {
@@ -460,6 +489,7 @@ mod python {
             check_k(k)?;
             let mode = parse_mode(mode, oversample)?;
             let (values, _, d) = matrix(&queries);
+            self.codes_for(py, mode);
             let results = self
                 .reading(py, |index| {
                     if !values.is_empty() && d != index.dim() {
@@ -518,6 +548,7 @@ mod python {
         m.add_function(wrap_pyfunction!(quantize_min_max, m)?)?;
         m.add_function(wrap_pyfunction!(reduce_dims, m)?)?;
         m.add_function(wrap_pyfunction!(simd_level, m)?)?;
+        m.add_function(wrap_pyfunction!(popcount_kernel, m)?)?;
         m.add_function(wrap_pyfunction!(matrix_from_lists, m)?)?;
         m.add_function(wrap_pyfunction!(supported_simd_levels, m)?)?;
         m.add_class::<Index>()?;

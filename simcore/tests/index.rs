@@ -432,3 +432,76 @@ fn fully_corrupt_or_truncated_files_are_errors_not_panics() {
 
     assert!(Index::open(&tmp.0.join("missing")).is_err());
 }
+
+#[test]
+fn binary_search_needs_its_codes_then_rescores_exactly() {
+    let dim = 96;
+    let mut index = Index::new(dim).unwrap();
+    let data = vectors(3000, dim, 21);
+    index.upsert(&ids(0..3000), &data).unwrap();
+    let q = vectors(1, dim, 22);
+    let binary = Mode::Binary { oversample: 10 };
+    assert!(index.search(&q, 5, binary, None).is_err());
+    index.build_binary();
+    assert!(index.has_binary());
+    assert_eq!(index.binary_bytes(), 3000 * 2 * 8); // 96 dims: 2 words a row
+    // with every row a candidate, the binary search is the exact search
+    let all = Mode::Binary { oversample: 3000 };
+    let exact = index.search(&q, 10, Mode::Exact, None).unwrap();
+    assert_eq!(index.search(&q, 10, all, None).unwrap(), exact);
+    // scores are exact f32 scores whatever the oversampling
+    for h in index.search(&q, 10, binary, None).unwrap() {
+        let want: f32 = data[h.row * dim..(h.row + 1) * dim]
+            .iter()
+            .zip(&q)
+            .map(|(a, b)| a * b)
+            .sum();
+        assert!((h.score - want).abs() < 1e-4);
+    }
+}
+
+#[test]
+fn binary_codes_follow_upserts_deletes_filters_and_compaction() {
+    let dir = TempDir::new();
+    let dim = 70; // a partial last word
+    let mut index = Index::create(&dir.0, dim).unwrap();
+    let data = vectors(1000, dim, 23);
+    index.upsert(&ids(0..1000), &data).unwrap();
+    index.build_binary();
+    let all = Mode::Binary {
+        oversample: 100_000,
+    };
+    // rows added, replaced and deleted after the build
+    index
+        .upsert(&ids(1000..1013), &vectors(13, dim, 24))
+        .unwrap();
+    index.upsert(&ids(0..3), &vectors(3, dim, 25)).unwrap();
+    index.delete(&["id-10", "id-1005"]).unwrap();
+    let q = vectors(1, dim, 26);
+    let exact = index.search(&q, 50, Mode::Exact, None).unwrap();
+    assert_eq!(index.search(&q, 50, all, None).unwrap(), exact);
+    let allow: Vec<u32> = (0..1016).filter(|r| r % 5 == 0).collect();
+    let filtered = index.search(&q, 8, all, Some(&allow)).unwrap();
+    assert_eq!(
+        filtered,
+        index.search(&q, 8, Mode::Exact, Some(&allow)).unwrap()
+    );
+    // threads split the rows at any boundary, not only whole blocks of 8
+    index.set_threads(3);
+    assert_eq!(index.search(&q, 50, all, None).unwrap(), exact);
+    let exact_ids = hit_ids(&index, &exact);
+    index.compact().unwrap();
+    assert!(index.has_binary());
+    let compacted = index.search(&q, 50, all, None).unwrap();
+    assert_eq!(hit_ids(&index, &compacted), exact_ids);
+    drop(index);
+    // codes live in memory only: a reopened index builds them again on request
+    let mut reopened = Index::open(&dir.0).unwrap();
+    assert!(!reopened.has_binary());
+    reopened.build_binary();
+    let again = reopened.search(&q, 50, all, None).unwrap();
+    assert_eq!(hit_ids(&reopened, &again), exact_ids);
+    let index = reopened;
+    let batch = index.search_batch(&vectors(4, dim, 27), 5, all).unwrap();
+    assert_eq!(batch.len(), 4);
+}

@@ -38,6 +38,7 @@ from flask_app.store.catalog import (
     NotEmpty,
     rfc3339,
 )
+from flask_app.store.collection import INDEX_KINDS
 from flask_app.store.file_query import readable_by
 
 blueprint = Blueprint("engine_resources", __name__)
@@ -77,6 +78,7 @@ def _namespace_json(record: NamespaceRecord) -> dict[str, Any]:
 
 def collection_json(record: CollectionRecord) -> dict[str, Any]:
     return {
+        "index": collections_of(current_app).index_kind(record),
         "namespace": record.namespace,
         "name": record.name,
         "description": record.description,
@@ -244,12 +246,16 @@ def put_collection(ns: str, name: str) -> ResponseReturnValue:
     access = body.get("access_control")
     if access is not None and access not in ("open", "enforced"):
         raise invalid("access_control must be one of: open, enforced", "access_control")
+    kind = body.get("index")
+    if kind is not None and kind not in INDEX_KINDS:
+        raise invalid(f"index must be one of: {', '.join(INDEX_KINDS)}", "index")
+    collections = collections_of(current_app)
     try:
-        record, created = collections_of(current_app).catalog.put_collection(
-            ns, name, description, access
-        )
+        record, created = collections.catalog.put_collection(ns, name, description, access)
     except ValueError as exc:
         raise invalid(str(exc), "access_control") from None
+    if kind is not None:
+        collections.set_index(record, kind)
     return _ok(collection_json(record), 201 if created else 200)
 
 

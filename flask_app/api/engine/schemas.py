@@ -71,9 +71,17 @@ class ReadSpansRequest(_Request):
     )
 
 
+IndexKind = Literal["f32", "int8", "binary"]
+
+
 class CollectionRequest(_Request):
     description: str | None = Field(default=None, max_length=1000)
     access_control: Literal["open", "enforced"] | None = None
+    index: IndexKind | None = Field(
+        default=None,
+        description="edgerag extension: how the chunks are scanned — f32 (exact, the default), "
+        "int8 or binary (sign bits), the last two rescored exactly; changeable at any time",
+    )
 
 
 class FileUpload(_Request):
@@ -126,6 +134,7 @@ class Collection(BaseModel):
     failed_file_count: int
     created_at: str
     updated_at: str
+    index: IndexKind = Field(description="edgerag extension: how the chunks are scanned")
 
 
 class CollectionBody(Collection):

@@ -111,3 +111,56 @@ pub unsafe fn dots_i8(q: &[i8], rows: &[i8], stride: usize, out: &mut [i32]) {
         *slot = unsafe { dot_i8(q, &rows[r * stride..r * stride + d]) };
     }
 }
+
+/// Population count of each u64 lane (nibble lookup, Muła et al.).
+#[target_feature(enable = "avx2")]
+fn popcnt_epi64(v: __m256i) -> __m256i {
+    let lookup = _mm256_setr_epi8(
+        0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3,
+        3, 4,
+    );
+    let low = _mm256_set1_epi8(0x0f);
+    let lo = _mm256_and_si256(v, low);
+    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+    let bytes = _mm256_add_epi8(
+        _mm256_shuffle_epi8(lookup, lo),
+        _mm256_shuffle_epi8(lookup, hi),
+    );
+    _mm256_sad_epu8(bytes, _mm256_setzero_si256())
+}
+
+/// Hamming distances of blocks of 8 rows (layout: `scalar::hamming_blocks`).
+///
+/// # Safety
+/// The CPU must support AVX2; `codes` must hold `out.len() / 8` blocks of
+/// `q.len() × 8` u64 and `out.len()` must be a multiple of 8.
+#[target_feature(enable = "avx2")]
+pub unsafe fn hamming_blocks(q: &[u64], codes: &[u64], out: &mut [u32]) {
+    let words = q.len();
+    let p = codes.as_ptr();
+    for (b, slots) in out.chunks_exact_mut(8).enumerate() {
+        let (mut a, mut c) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for (w, &qw) in q.iter().enumerate() {
+            let qv = _mm256_set1_epi64x(qw as i64);
+            // SAFETY: block b's word w (8 u64) lies inside `codes` (caller's contract).
+            let (x, y) = unsafe {
+                let at = p.add((b * words + w) * 8);
+                (
+                    _mm256_loadu_si256(at as *const __m256i),
+                    _mm256_loadu_si256(at.add(4) as *const __m256i),
+                )
+            };
+            a = _mm256_add_epi64(a, popcnt_epi64(_mm256_xor_si256(x, qv)));
+            c = _mm256_add_epi64(c, popcnt_epi64(_mm256_xor_si256(y, qv)));
+        }
+        let mut lanes = [0u64; 8];
+        // SAFETY: `lanes` holds 8 u64, two stores of 4.
+        unsafe {
+            _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, a);
+            _mm256_storeu_si256(lanes.as_mut_ptr().add(4) as *mut __m256i, c);
+        }
+        for (slot, lane) in slots.iter_mut().zip(lanes) {
+            *slot = lane as u32;
+        }
+    }
+}

@@ -186,3 +186,32 @@ pub unsafe fn sum_f32(values: &[f32]) -> f32 {
     let total = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     _mm512_reduce_add_ps(total) + values[i..].iter().sum::<f32>()
 }
+
+/// Hamming distances of blocks of 8 rows (layout: `scalar::hamming_blocks`):
+/// one 512-bit register holds word w of all 8 rows, so no horizontal sums.
+///
+/// # Safety
+/// The CPU must support AVX-512F and VPOPCNTDQ; `codes` must hold
+/// `out.len() / 8` blocks of `q.len() × 8` u64 and `out.len()` must be a
+/// multiple of 8.
+#[target_feature(enable = "avx512f,avx512vpopcntdq")]
+pub unsafe fn hamming_blocks(q: &[u64], codes: &[u64], out: &mut [u32]) {
+    let words = q.len();
+    let p = codes.as_ptr();
+    for (b, slots) in out.chunks_exact_mut(8).enumerate() {
+        let mut acc = _mm512_setzero_si512();
+        for (w, &qw) in q.iter().enumerate() {
+            // SAFETY: block b's word w (8 u64) lies inside `codes` (caller's contract).
+            let x = unsafe { _mm512_loadu_si512(p.add((b * words + w) * 8) as *const __m512i) };
+            let diff = _mm512_xor_si512(x, _mm512_set1_epi64(qw as i64));
+            acc = _mm512_add_epi64(acc, _mm512_popcnt_epi64(diff));
+        }
+        // SAFETY: `slots` holds 8 u32 (one 256-bit store).
+        unsafe {
+            _mm256_storeu_si256(
+                slots.as_mut_ptr() as *mut __m256i,
+                _mm512_cvtepi64_epi32(acc),
+            )
+        };
+    }
+}

@@ -33,6 +33,9 @@ impl QueryI8 {
 pub type DotsF32 = fn(&[f32], &[f32], usize, &mut [f32]);
 /// Exact int8 scores of a block of rows: `(query, rows, stride, row_sums, out)`.
 pub type DotsI8 = fn(&QueryI8, &[i8], usize, &[i32], &mut [i32]);
+/// Hamming distances of blocks of 8 rows of sign bits: `(query words, codes, out)`
+/// (layout: `scalar::hamming_blocks`).
+pub type HammingBlocks = fn(&[u64], &[u64], &mut [u32]);
 
 pub struct Kernels {
     pub level: Level,
@@ -43,12 +46,22 @@ pub struct Kernels {
     pub dots_i8: DotsI8,
     /// Sum of a slice at memory speed (read-bandwidth baseline).
     pub sum_f32: fn(&[f32]) -> f32,
+    pub hamming_blocks: HammingBlocks,
+    /// Which popcount the Hamming kernel uses (`vpopcntdq`, `avx2`, `scalar`).
+    pub popcount: &'static str,
 }
 
 fn check_block<T>(d: usize, rows: &[T], stride: usize, n: usize) {
     assert!(
         d <= stride && rows.len() >= n * stride,
         "block shape mismatch"
+    );
+}
+
+fn check_codes(q: &[u64], codes: &[u64], out: &[u32]) {
+    assert!(
+        out.len().is_multiple_of(8) && codes.len() >= out.len() * q.len(),
+        "code block shape mismatch"
     );
 }
 
@@ -64,6 +77,11 @@ mod portable {
 
     pub fn dot_i8(q: &QueryI8, row: &[i8], _sum: i32) -> i32 {
         scalar::dot_i8(&q.values, row)
+    }
+
+    pub fn hamming_blocks(q: &[u64], codes: &[u64], out: &mut [u32]) {
+        super::check_codes(q, codes, out);
+        scalar::hamming_blocks(q, codes, out);
     }
 
     pub fn sum_f32(values: &[f32]) -> f32 {
@@ -90,7 +108,18 @@ mod portable {
 // hands out after checking the CPU supports the level.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{QueryI8, avx2, avx512, check_block};
+    use super::{QueryI8, avx2, avx512, check_block, check_codes};
+
+    pub fn hamming_blocks_avx2(q: &[u64], codes: &[u64], out: &mut [u32]) {
+        check_codes(q, codes, out);
+        // SAFETY: table built only when AVX2 is supported; shape checked above.
+        unsafe { avx2::hamming_blocks(q, codes, out) }
+    }
+    pub fn hamming_blocks_vpopcntdq(q: &[u64], codes: &[u64], out: &mut [u32]) {
+        check_codes(q, codes, out);
+        // SAFETY: table built only when AVX-512F+VPOPCNTDQ are supported; shape checked above.
+        unsafe { avx512::hamming_blocks(q, codes, out) }
+    }
 
     pub fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
         // SAFETY: table built only when AVX2+FMA are supported.
@@ -144,6 +173,17 @@ mod x86 {
     }
 }
 
+/// The Hamming kernel for AVX-512 levels: VPOPCNTDQ is a separate extension
+/// (Ice Lake and later), so without it the AVX2 kernel does the counting.
+#[cfg(target_arch = "x86_64")]
+fn avx512_hamming() -> (HammingBlocks, &'static str) {
+    if is_x86_feature_detected!("avx512vpopcntdq") {
+        (x86::hamming_blocks_vpopcntdq, "vpopcntdq")
+    } else {
+        (x86::hamming_blocks_avx2, "avx2")
+    }
+}
+
 fn build(level: Level) -> Kernels {
     #[cfg(target_arch = "x86_64")]
     {
@@ -157,9 +197,12 @@ fn build(level: Level) -> Kernels {
                     dot_i8: x86::dot_i8_avx2,
                     dots_i8: x86::dots_i8_avx2,
                     sum_f32: portable::sum_f32,
+                    hamming_blocks: x86::hamming_blocks_avx2,
+                    popcount: "avx2",
                 };
             }
             Level::Avx512 => {
+                let (hamming_blocks, popcount) = avx512_hamming();
                 return Kernels {
                     level,
                     dot_f32: x86::dot_f32_avx512,
@@ -167,9 +210,12 @@ fn build(level: Level) -> Kernels {
                     dot_i8: x86::dot_i8_bw,
                     dots_i8: x86::dots_i8_bw,
                     sum_f32: x86::sum_f32_avx512,
+                    hamming_blocks,
+                    popcount,
                 };
             }
             Level::Avx512Vnni => {
+                let (hamming_blocks, popcount) = avx512_hamming();
                 return Kernels {
                     level,
                     dot_f32: x86::dot_f32_avx512,
@@ -177,6 +223,8 @@ fn build(level: Level) -> Kernels {
                     dot_i8: x86::dot_i8_vnni,
                     dots_i8: x86::dots_i8_vnni,
                     sum_f32: x86::sum_f32_avx512,
+                    hamming_blocks,
+                    popcount,
                 };
             }
         }
@@ -188,6 +236,8 @@ fn build(level: Level) -> Kernels {
         dot_i8: portable::dot_i8,
         dots_i8: portable::dots_i8,
         sum_f32: portable::sum_f32,
+        hamming_blocks: portable::hamming_blocks,
+        popcount: "scalar",
     }
 }
 
@@ -309,6 +359,31 @@ mod tests {
                     out_i8[r],
                     scalar::dot_i8(&qi.values, &rows_i8[r * stride..r * stride + d])
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn hamming_kernels_match_scalar() {
+        for words in [1usize, 5, 6, 13] {
+            let blocks = 5;
+            let mut s = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = || {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s
+            };
+            let q: Vec<u64> = (0..words).map(|_| next()).collect();
+            let mut codes: Vec<u64> = (0..blocks * words * 8).map(|_| next()).collect();
+            codes[0] = !q[0]; // a word differing in all 64 bits
+            let mut want = vec![0u32; blocks * 8];
+            scalar::hamming_blocks(&q, &codes, &mut want);
+            assert!(want[0] >= 64);
+            for k in levels() {
+                let mut got = vec![0u32; blocks * 8];
+                (k.hamming_blocks)(&q, &codes, &mut got);
+                assert_eq!(got, want, "{:?} ({}) words={words}", k.level, k.popcount);
             }
         }
     }

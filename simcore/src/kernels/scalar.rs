@@ -36,6 +36,20 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
         .sum()
 }
 
+/// Hamming distances of blocks of 8 rows of sign bits (see `crate::binary`):
+/// `codes` holds `out.len() / 8` blocks of `words × 8` u64 (word w of the
+/// block's 8 rows side by side), `q` the query's `words` u64.
+pub fn hamming_blocks(q: &[u64], codes: &[u64], out: &mut [u32]) {
+    let words = q.len();
+    for (block, slots) in codes.chunks_exact(words * 8).zip(out.chunks_exact_mut(8)) {
+        for (lane, slot) in slots.iter_mut().enumerate() {
+            *slot = (0..words)
+                .map(|w| (block[w * 8 + lane] ^ q[w]).count_ones())
+                .sum();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

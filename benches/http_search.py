@@ -1,0 +1,200 @@
+"""`POST /search` over HTTP against the engine underneath it, same data, same run.
+
+    .venv/bin/python benches/http_search.py [--sizes 200000 1000000] [--dim 384]
+        [--queries 200] [--json benches/results/http_search.json]
+
+For each size: the moorcheh-edge store is filled in-process (random unit
+vectors, an id and a short text each), a real server (`--no-llm
+--no-embedder`) is started on it, and one client sends vector queries (k 10,
+bodies serialised before the clock starts). In the same run, on the same
+files: simcore's `Index.search` in this process (the server's scan threads),
+and NumPy (`X @ q` + argpartition). The breakdown times each step of the
+request path in-process on the same collection: JSON parse, validation,
+query vector checks, the scan, reading the k rows, building and encoding
+the answer; "HTTP" is what the wire, waitress and Flask add on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import requests
+
+from flask_app import simcore
+from flask_app.inference.llama_runtime import available_cores
+from flask_app.store import Store
+from tests.http_client import free_port, start_server
+
+K = 10
+BATCH = 50_000
+
+
+def unit_matrix(n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
+    matrix = rng.standard_normal((n, dim), dtype=np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix
+
+
+def fill(data_dir: Path, matrix: np.ndarray) -> None:
+    store = Store(data_dir)
+    edge = store.edge()
+    started = time.perf_counter()
+    n = len(matrix)
+    for lo in range(0, n, BATCH):
+        hi = min(n, lo + BATCH)
+        ids = [f"doc-{i}" for i in range(lo, hi)]
+        texts = [f"passage {i}" for i in range(lo, hi)]
+        edge.upsert(
+            ids, matrix[lo:hi], texts, [None] * len(ids), mode="vector", embedding_model=None
+        )
+    print(f"  filled {n:,} rows in {time.perf_counter() - started:.0f} s", flush=True)
+    store.close()
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1e3, 3),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3, 3),
+    }
+
+
+def interleaved(data_dir: Path, matrix: np.ndarray, queries: np.ndarray) -> dict[str, list[float]]:
+    """Per query, in turn: over HTTP, `Index.search` here, NumPy here; the
+    three share every drift in the machine's speed."""
+    port = free_port()
+    server = start_server(
+        ["--no-llm", "--no-embedder", "--data-dir", str(data_dir)], port=port, timeout=300
+    )
+    index = simcore.Index.open(data_dir / Store.EDGE_NAMESPACE / Store.EDGE_COLLECTION / "index")
+    index.threads = available_cores()
+    session = requests.Session()
+    url = f"http://127.0.0.1:{port}/search"
+    headers = {"Content-Type": "application/json"}
+    bodies = [
+        orjson.dumps({"query": q, "top_k": K}, option=orjson.OPT_SERIALIZE_NUMPY) for q in queries
+    ]
+
+    def http(i: int) -> None:
+        r = session.post(url, data=bodies[i], headers=headers, timeout=30)
+        if r.status_code != 200 or len(r.json()["results"]) != K:
+            raise RuntimeError(f"/search answered {r.status_code}: {r.text[:200]}")
+
+    def flat(i: int) -> None:
+        scores = matrix @ queries[i]
+        top = np.argpartition(-scores, K)[:K]
+        top[np.argsort(-scores[top])]
+
+    ways: dict[str, Callable[[int], object]] = {
+        "http": http,
+        "Index.search": lambda i: index.search(queries[i], K),
+        "numpy": flat,
+    }
+    samples: dict[str, list[float]] = {name: [] for name in ways}
+    try:
+        for i in range(len(queries)):
+            for name, way in ways.items():
+                t = time.perf_counter()
+                way(i)
+                if i >= 5:  # the first few warm caches
+                    samples[name].append(time.perf_counter() - t)
+    finally:
+        server.stop()
+    return samples
+
+
+def breakdown(data_dir: Path, queries: np.ndarray) -> dict[str, float]:
+    """Median milliseconds per step of the request path, in-process."""
+    from flask_app.api.http.json_body import validate
+    from flask_app.api.moorcheh import scores
+    from flask_app.api.moorcheh.routes import parse_vector
+    from flask_app.api.moorcheh.schemas import Search
+    from flask_app.store.unit import unit_rows
+
+    store = Store(data_dir, search_threads=available_cores())
+    edge = store.edge()
+    steps: dict[str, list[float]] = {}
+
+    def step(name: str, t0: float) -> float:
+        t1 = time.perf_counter()
+        steps.setdefault(name, []).append(t1 - t0)
+        return t1
+
+    try:
+        for n, q in enumerate(queries):
+            body = orjson.dumps({"query": q, "top_k": K}, option=orjson.OPT_SERIALIZE_NUMPY)
+            t = time.perf_counter()
+            raw = orjson.loads(body)
+            t = step("json parse", t)
+            parsed = validate(Search, raw)
+            t = step("validation", t)
+            assert not isinstance(parsed.query, str)
+            vector = parse_vector(parsed.query, "query")
+            unit_rows(vector.reshape(1, -1))
+            t = step("query vector checks", t)
+            index = edge._index
+            assert index is not None
+            ids, _ = index.search(vector, K)
+            t = step("scan (Index.search)", t)
+            with edge._reading():
+                edge._rows(ids)
+            t = step("read k rows (SQLite)", t)
+            hits = edge.search(vector, K)
+            t = time.perf_counter()
+            results = [scores.result(h, "clip") for h in hits]
+            orjson.dumps({"results": results, "execution_time": 0.0})
+            step("build + encode answer", t)
+            if n < 5:
+                steps.clear()  # warm-up
+    finally:
+        store.close()
+    return {name: round(statistics.median(v) * 1e3, 3) for name, v in steps.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[200_000, 1_000_000])
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    report: dict[str, Any] = {"k": K, "dim": args.dim, "threads": available_cores(), "sizes": {}}
+    for n in args.sizes:
+        print(f"{n:,} x {args.dim}", flush=True)
+        matrix = unit_matrix(n, args.dim, rng)
+        queries = unit_matrix(args.queries, args.dim, rng)
+        with tempfile.TemporaryDirectory() as tmp:
+            data_dir = Path(tmp) / "data"
+            fill(data_dir, matrix)
+            samples = interleaved(data_dir, matrix, queries)
+            steps = breakdown(data_dir, queries)
+        row: dict[str, Any] = {name: percentiles(v) for name, v in samples.items()}
+        row["steps_ms"] = steps
+        row["http_minus_scan_p50_ms"] = round(
+            row["http"]["p50_ms"] - row["Index.search"]["p50_ms"], 3
+        )
+        report["sizes"][str(n)] = row
+        print(f"  {'':24} {'p50 ms':>8} {'p99 ms':>8}")
+        for name in ("http", "Index.search", "numpy"):
+            print(f"  {name:24} {row[name]['p50_ms']:8.2f} {row[name]['p99_ms']:8.2f}")
+        print(f"  HTTP - scan (p50)        {row['http_minus_scan_p50_ms']:8.2f}")
+        print("  where it goes (in-process medians):")
+        for name, ms in steps.items():
+            print(f"    {name:26} {ms:7.3f} ms")
+        del matrix
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
