@@ -107,6 +107,9 @@ def test_store_index_setting_applies_to_the_edge_store_and_survives_clearing(
     assert edge.index_kind == "binary"
     store.drop(Store.EDGE_NAMESPACE, Store.EDGE_COLLECTION)
     assert store.edge().index_kind == "binary"
+    settings = Settings.load({"data_dir": tmp_path}, {})
+    app = create_app(settings, Services(store, None, None))
+    assert app.test_client().get("/health").get_json()["store_index"] == "binary"
     store.close()
 
 

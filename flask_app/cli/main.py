@@ -124,6 +124,7 @@ def _is_loopback(host: str) -> bool:
 def cmd_serve(settings: Settings, log_level: str) -> int:
     from flask_app.api.http.waitress_server import serve
     from flask_app.app import create_app
+    from flask_app.malloc_tuning import limit_arenas
     from flask_app.services import ModelMissing, load_services
     from flask_app.store import DataDirLocked
 
@@ -147,6 +148,7 @@ def cmd_serve(settings: Settings, log_level: str) -> int:
             file=sys.stderr,
             flush=True,
         )
+    limit_arenas()  # before the models' and the server's threads exist
     try:
         services = load_services(settings)
     except (ModelMissing, DataDirLocked) as exc:

@@ -25,6 +25,7 @@ from flask_app.inference.llama_runtime import (
     model_id_from_metadata,
     route_llama_logs,
 )
+from flask_app.malloc_tuning import release_free_memory
 
 
 class ChatMessage(TypedDict):
@@ -152,9 +153,16 @@ class LlamaBackend:
             model_path=str(path),
             n_ctx=n_ctx,
             n_batch=512,
+            # compute buffers sized for 256 tokens a step: 21 MB less than 512,
+            # prompt reading as fast (benches/memory.py, docs/performance.md)
+            n_ubatch=256,
             n_threads=threads,
             n_threads_batch=threads,
             seed=seed,
+            # llama.cpp repacks most weights for the CPU's SIMD (anonymous
+            # memory); from a mapped file the pages it read them from would stay
+            # resident too (+187 MB for the 0.5B, benches/memory.py)
+            use_mmap=False,
             verbose=False,
         )
         metadata: dict[str, str] = self._llama.metadata
@@ -392,6 +400,7 @@ class TokenStream:
                 close()
         finally:
             held = time.monotonic() - self._started
+            release_free_memory()  # a generation's temporaries, back to the system
             self._gate.release(held)
             if self.observer is not None:
                 ttft = None if self._first is None else self._first - self._started

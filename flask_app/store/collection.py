@@ -123,7 +123,7 @@ class CollectionInfo:
 INDEX_KINDS: dict[str, tuple[str, int]] = {
     "f32": ("exact", 1),
     "int8": ("int8", 4),
-    "binary": ("binary", 20),
+    "binary": ("binary", 40),
 }
 DEFAULT_INDEX = "f32"
 

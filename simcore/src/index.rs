@@ -788,15 +788,36 @@ impl Index {
             }
             return;
         }
+        // Rows come in increasing order, so once k are held a row must be
+        // strictly nearer than the worst kept one (a tie loses on row order):
+        // one integer comparison per row instead of a heap offer.
+        let bound = |top: &TopK| {
+            let floor = top.floor();
+            if floor == f32::NEG_INFINITY {
+                u32::MAX
+            } else {
+                (-floor) as u32
+            }
+        };
+        let mut worst = bound(top);
         let mut dist = [0u32; BLOCK];
         let mut start = lo - lo % LANES; // kernels read whole blocks of 8 rows
         while start < hi {
             let n = BLOCK.min((hi - start).next_multiple_of(LANES));
             bits.distances(kernels, qw, start, &mut dist[..n]);
             let (from, to) = (lo.max(start), hi.min(start + n));
+            let nearest = dist[from - start..to - start]
+                .iter()
+                .fold(u32::MAX, |m, &d| m.min(d));
+            if worst != u32::MAX && nearest >= worst {
+                start += n;
+                continue; // the usual block: nothing in it can enter
+            }
             for r in from..to {
-                if self.n_deleted == 0 || !self.deleted[r] {
-                    top.push(-(dist[r - start] as f32), r);
+                let d = dist[r - start];
+                if (d < worst || worst == u32::MAX) && (self.n_deleted == 0 || !self.deleted[r]) {
+                    top.push(-(d as f32), r);
+                    worst = bound(top);
                 }
             }
             start += n;

@@ -73,6 +73,12 @@ impl TopK {
         }
     }
 
+    /// The score a new hit must beat once `k` are held (-inf until then).
+    #[inline]
+    pub fn floor(&self) -> f32 {
+        self.floor
+    }
+
     /// Merge another collector's hits into this one.
     pub fn merge(&mut self, other: TopK) {
         for hit in other.heap {

@@ -30,13 +30,14 @@ class BodyRule:
     content_types: tuple[str, ...]  # a mimetype, or "+suffix"; empty: any type
 
 
-def body_rule(app: Flask, method: str, path: str) -> BodyRule | None:
+def body_rule(app: Flask, method: str, path: str, *, matched: bool = False) -> BodyRule | None:
     """The rule of the route `method path`; None when no route matches (the
-    app then answers 404/405 itself)."""
-    try:
-        app.url_map.bind("localhost").match(path, method=method)
-    except HTTPException:
-        return None
+    app then answers 404/405 itself). `matched`: the caller knows one does."""
+    if not matched:
+        try:
+            app.url_map.bind("localhost").match(path, method=method)
+        except HTTPException:
+            return None
     limit = int(app.config.get("MAX_CONTENT_LENGTH") or 0)
     # a surface may set a smaller limit for its paths: (path prefix, bytes)
     for prefix, bytes_ in app.config.get("EDGERAG_BODY_LIMITS", []):
@@ -83,7 +84,9 @@ def install(app: Flask) -> None:
 
     @app.before_request
     def admit() -> None:
-        rule = body_rule(app, request.method, request.path)
+        if request.url_rule is None:
+            return  # no route: Flask answers 404/405
+        rule = body_rule(app, request.method, request.path, matched=True)
         chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
         refused = refusal(rule, request.content_type, request.content_length, chunked)
         if refused is not None:

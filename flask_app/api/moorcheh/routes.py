@@ -94,6 +94,7 @@ def health() -> ResponseReturnValue:
         "status": "degraded" if unavailable else "ok",
         "dimension": info.dimension if info else None,
         "store_mode": info.mode if info else None,
+        "store_index": info.index if info else None,
         "embedding_model": info.embedding_model if info else None,
         "items": items,
         "max_items": cap,

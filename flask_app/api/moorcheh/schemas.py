@@ -152,6 +152,9 @@ class Health(BaseModel):
     status: Literal["ok", "degraded"]
     dimension: int | None
     store_mode: Literal["text", "vector"] | None
+    store_index: Literal["f32", "int8", "binary"] | None = Field(
+        description="how the store is scanned (--store-index); null while it is unavailable"
+    )
     embedding_model: str | None
     items: int
     max_items: int | None
