@@ -6,7 +6,8 @@
 For each size: the moorcheh-edge store is filled in-process (random unit
 vectors, an id and a short text each), a real server (`--no-llm
 --no-embedder`) is started on it, and one client sends vector queries (k 10,
-bodies serialised before the clock starts). In the same run, on the same
+bodies serialised before the clock starts) over a keep-alive `http.client`
+connection ("http") and through `requests` (what that library adds). In the same run, on the same
 files: simcore's `Index.search` in this process (the server's scan threads),
 and NumPy (`X @ q` + argpartition). The breakdown times each step of the
 request path in-process on the same collection: JSON parse, validation,
@@ -17,6 +18,7 @@ the answer; "HTTP" is what the wire, waitress and Flask add on top.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import statistics
 import tempfile
@@ -36,6 +38,7 @@ from tests.http_client import free_port, start_server
 
 K = 10
 BATCH = 50_000
+BLAS_SPIN_S = 0.2
 
 
 def unit_matrix(n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
@@ -83,8 +86,16 @@ def interleaved(data_dir: Path, matrix: np.ndarray, queries: np.ndarray) -> dict
     bodies = [
         orjson.dumps({"query": q, "top_k": K}, option=orjson.OPT_SERIALIZE_NUMPY) for q in queries
     ]
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
 
-    def http(i: int) -> None:
+    def lean(i: int) -> None:
+        connection.request("POST", "/search", body=bodies[i], headers=headers)
+        r = connection.getresponse()
+        body = r.read()
+        if r.status != 200 or len(orjson.loads(body)["results"]) != K:
+            raise RuntimeError(f"/search answered {r.status}: {body[:200]!r}")
+
+    def with_requests(i: int) -> None:
         r = session.post(url, data=bodies[i], headers=headers, timeout=30)
         if r.status_code != 200 or len(r.json()["results"]) != K:
             raise RuntimeError(f"/search answered {r.status_code}: {r.text[:200]}")
@@ -95,8 +106,9 @@ def interleaved(data_dir: Path, matrix: np.ndarray, queries: np.ndarray) -> dict
         top[np.argsort(-scores[top])]
 
     ways: dict[str, Callable[[int], object]] = {
-        "http": http,
         "Index.search": lambda i: index.search(queries[i], K),
+        "http": lean,
+        "http (requests)": with_requests,
         "numpy": flat,
     }
     samples: dict[str, list[float]] = {name: [] for name in ways}
@@ -107,6 +119,9 @@ def interleaved(data_dir: Path, matrix: np.ndarray, queries: np.ndarray) -> dict
                 way(i)
                 if i >= 5:  # the first few warm caches
                     samples[name].append(time.perf_counter() - t)
+            # NumPy's BLAS threads spin for a while after a product, taking
+            # the cores from whatever runs next: let them park first
+            time.sleep(BLAS_SPIN_S)
     finally:
         server.stop()
     return samples
@@ -185,7 +200,7 @@ def main() -> None:
         )
         report["sizes"][str(n)] = row
         print(f"  {'':24} {'p50 ms':>8} {'p99 ms':>8}")
-        for name in ("http", "Index.search", "numpy"):
+        for name in ("Index.search", "http", "http (requests)", "numpy"):
             print(f"  {name:24} {row[name]['p50_ms']:8.2f} {row[name]['p99_ms']:8.2f}")
         print(f"  HTTP - scan (p50)        {row['http_minus_scan_p50_ms']:8.2f}")
         print("  where it goes (in-process medians):")

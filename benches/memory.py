@@ -70,6 +70,18 @@ def resident(
     return {k: round(v, 1) for k, v in out.items()}
 
 
+def kv_cache_mb(llm_file: Path, n_ctx: int) -> float:
+    """K and V of every layer for `n_ctx` positions, float16."""
+    from gguf import GGUFReader
+
+    fields = {k: f.contents() for k, f in GGUFReader(str(llm_file)).fields.items()}
+    arch = fields["general.architecture"]
+    layers, heads = int(fields[f"{arch}.block_count"]), int(fields[f"{arch}.attention.head_count"])
+    kv_heads = int(fields.get(f"{arch}.attention.head_count_kv", heads))
+    head_dim = int(fields[f"{arch}.embedding_length"]) // heads
+    return round(2 * layers * n_ctx * kv_heads * head_dim * 2 / MB, 1)
+
+
 def serve_the_tour(data_dir: Path, llm: str, llm_file: Path, embed_file: Path) -> dict[str, float]:
     import requests
 
@@ -107,6 +119,7 @@ def main() -> None:
 
     stage("python + imports (before the app)")
     from flask_app.app import create_app
+    from flask_app.inference.embed import LlamaEmbedder
     from flask_app.services import load_services
     from flask_app.settings import Settings
 
@@ -116,10 +129,19 @@ def main() -> None:
             options["llm"] = args.llm
         if args.n_ctx:
             options["n_ctx"] = args.n_ctx
-        settings = Settings.load(options, {})
+        settings = Settings.load({**options, "no_embedder": True}, {})
         llm_file, embed_file = settings.llm_path(), settings.embed_path()
-        services = load_services(settings)
-        stage("models loaded", llm_file, embed_file)
+        services = load_services(settings)  # the store and the LLM, as the server
+        stage("LLM loaded", llm_file, embed_file)
+        assert services.llm is not None
+        services.embedder = LlamaEmbedder(
+            embed_file,
+            n_threads=settings.embed_threads,
+            idle_threads=settings.embed_idle_threads,
+            lend_idle_threads=lambda: False,
+        )
+        settings = Settings.load(options, {})
+        stage("embedder loaded", llm_file, embed_file)
         app = create_app(settings, services)
         client = app.test_client()
         stage("app created", llm_file, embed_file)
@@ -137,10 +159,32 @@ def main() -> None:
         services.store.close()
         served = serve_the_tour(Path(tmp) / "served", args.llm, llm_file, embed_file)
     print(f"{'edgerag serve, after the tour (HTTP)':44} {served}")
+    kv = kv_cache_mb(llm_file, settings.n_ctx)
+    weights = round(llm_file.stat().st_size / MB, 1)
+    llm_anon = stages[1][1]["anonymous"] - stages[0][1]["anonymous"]
+    encoder = stages[2][1]["anonymous"] - stages[1][1]["anonymous"]
+    parts = {
+        "LLM weights (the GGUF's size; read into memory, most repacked)": weights,
+        f"LLM KV cache (f16, n_ctx {settings.n_ctx})": kv,
+        "LLM compute buffers and the rest of its load": round(llm_anon - weights - kv, 1),
+        "embedder (encoder weights, tokenizer)": round(encoder, 1),
+        "the rest: Python, code, store, app, net of what the tour freed": round(
+            stages[-1][1]["total"]
+            - stages[0][1]["total"]
+            - llm_anon
+            - encoder
+            + stages[0][1]["total"],
+            1,
+        ),
+    }
+    print("breakdown (MB):")
+    for name, mb in parts.items():
+        print(f"  {name:64} {mb:8.1f}")
     report = {
         "llm": settings.llm,
         "n_ctx": settings.n_ctx,
         "stages": dict(stages),
+        "breakdown_mb": parts,
         "served_after_tour": served,
     }
     if args.json:
