@@ -84,7 +84,11 @@ def simcore_kernels() -> Check:
         from flask_app import simcore
     except ImportError as exc:
         return Check("simcore", False, f"not importable: {exc}", "reinstall the edgerag wheel")
-    return Check("simcore", True, f"SIMD level {simcore.simd_level()}")
+    return Check(
+        "simcore",
+        True,
+        f"SIMD level {simcore.simd_level()}, popcount {simcore.popcount_kernel()}",
+    )
 
 
 def model_files(settings: Settings) -> list[Check]:
