@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -10,7 +11,7 @@ from flask_app.inference.embed import Embedder, LlamaEmbedder
 from flask_app.inference.llm import LLM, LlamaBackend
 from flask_app.rag.jobs import Jobs
 from flask_app.settings import Settings
-from flask_app.store import Store
+from flask_app.store import CollectionUnavailable, Store
 
 _log = logging.getLogger("edgerag")
 
@@ -45,7 +46,10 @@ def load_services(settings: Settings) -> Services:
         settings.data_dir, search_threads=settings.search_threads, edge_index=settings.store_index
     )
     if settings.store_index:
-        store.edge()  # a binary index builds its codes now, not on the first search
+        # a binary index builds its codes now, not on the first search; a
+        # damaged store is refused on its own (/health lists it), the rest serves
+        with contextlib.suppress(CollectionUnavailable):
+            store.edge()
     llm = None
     if not settings.no_llm:
         path = settings.llm_path()

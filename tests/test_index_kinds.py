@@ -147,3 +147,19 @@ def test_a_binary_search_builds_the_codes_it_needs() -> None:
         index.search(rows[0], 1, mode="binary", oversample=0)
     batch = index.search_batch(rows[:3], 1, mode="binary", oversample=5)
     assert [found[0] for found in batch] == [["0"], ["1"], ["2"]]
+
+
+def test_a_damaged_store_with_store_index_set_does_not_stop_the_server(tmp_path: Path) -> None:
+    from flask_app.services import load_services
+
+    store = Store(tmp_path)
+    edge, _ = filled(store, n=20)
+    edge.upsert(["late"], unit(1, 64, 5), ["x"], [None], mode="vector", embedding_model=None)
+    store.close()  # the first batch's redo record is gone: its rows need the index files
+    (tmp_path / Store.EDGE_NAMESPACE / Store.EDGE_COLLECTION / "index" / "CURRENT").unlink()
+    settings = Settings.load(
+        {"data_dir": tmp_path, "store_index": "binary", "no_llm": True, "no_embedder": True}, {}
+    )
+    services = load_services(settings)
+    assert "_edge/store" in services.store.failures()
+    services.store.close()
