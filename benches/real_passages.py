@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import re
 import sys
 import time
@@ -76,21 +77,32 @@ def passages(limit: int) -> list[str]:
 
 
 def vectors(count: int) -> tuple[list[str], np.ndarray]:
-    """`count` passages and their unit vectors (count x 384, float32)."""
-    from flask_app.inference.embed import LlamaEmbedder
+    """`count` passages and their unit vectors (count x 384, float32); from
+    the cache when this machine's candidates and the model are unchanged."""
     from flask_app.settings import Settings
 
     model = Settings.load({}, {}).embed_path()
+    candidates = passages(count * 2)
+    key = hashlib.sha256(("\n".join(candidates) + str(model)).encode()).hexdigest()[:16]
+    cached = CACHE / f"passages-{count}-{key}"
+    if cached.with_suffix(".npy").is_file() and cached.with_suffix(".json").is_file():
+        texts: list[str] = json.loads(cached.with_suffix(".json").read_text())
+        return texts, np.load(cached.with_suffix(".npy"))
+    texts, matrix = _embed(candidates, count, model)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    np.save(cached.with_suffix(".npy"), matrix)
+    cached.with_suffix(".json").write_text(json.dumps(texts))
+    return texts, matrix
+
+
+def _embed(candidates: list[str], count: int, model: Path) -> tuple[list[str], np.ndarray]:
+    from flask_app.inference.embed import LlamaEmbedder
+
     embedder = LlamaEmbedder(model)
     # the model reads 512 tokens at most; longer paragraphs (keys, dumps) are left out
-    texts = [t for t in passages(count * 2) if embedder.count_tokens(t) <= embedder.max_tokens]
-    texts = texts[:count]
+    texts = [t for t in candidates if embedder.count_tokens(t) <= embedder.max_tokens][:count]
     if len(texts) < count:
         raise SystemExit(f"only {len(texts):,} passages on this machine (wanted {count:,})")
-    key = hashlib.sha256(("\n".join(texts) + str(model)).encode()).hexdigest()[:16]
-    cached = CACHE / f"passages-{count}-{key}.npy"
-    if cached.is_file():
-        return texts, np.load(cached)
     started = time.perf_counter()
     parts = []
     for lo in range(0, count, 256):
@@ -100,8 +112,6 @@ def vectors(count: int) -> tuple[list[str], np.ndarray]:
             print(f"  embedded {min(count, lo + 256):,}/{count:,} ({rate:.0f}/s)", flush=True)
     matrix = np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    np.save(cached, matrix)
     return texts, matrix
 
 

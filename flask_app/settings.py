@@ -16,6 +16,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from platformdirs import user_cache_path, user_data_path
 
+from flask_app.index_kinds import INDEX_KINDS
 from flask_app.inference.llama_runtime import available_cores
 from flask_app.inference.presets import (
     DEFAULT_LLM,
@@ -241,8 +242,8 @@ class Settings:
             ),
             (self.score_mapping in ("clip", "shift"), "score_mapping must be clip or shift"),
             (
-                self.store_index in ("", "f32", "int8", "binary"),
-                "store_index must be f32, int8 or binary",
+                self.store_index in ("", *INDEX_KINDS),
+                f"store_index must be one of: {', '.join(INDEX_KINDS)}",
             ),
         ]
         for ok, message in checks:

@@ -23,13 +23,15 @@ def unit(n: int, dim: int, seed: int) -> np.ndarray:
     return rows
 
 
+def put(collection: Collection, ids: list[str], rows: np.ndarray) -> None:
+    texts = [f"text {i}" for i in ids]
+    collection.upsert(ids, rows, texts, [None] * len(ids), mode="vector", embedding_model=None)
+
+
 def filled(store: Store, n: int = 3000, dim: int = 64) -> tuple[Collection, np.ndarray]:
     edge = store.edge()
     rows = unit(n, dim, 1)
-    ids = [f"v{i}" for i in range(n)]
-    edge.upsert(
-        ids, rows, [f"text {i}" for i in ids], [None] * n, mode="vector", embedding_model=None
-    )
+    put(edge, [f"v{i}" for i in range(n)], rows)
     return edge, rows
 
 
@@ -48,8 +50,8 @@ def test_each_kind_finds_stored_vectors_with_exact_scores(
     for i in range(0, 3000, 150):
         hits = edge.search(rows[i], 10)
         assert hits[0].id == f"v{i}"
-        exact = [h.id for h in sorted(edge.search(rows[i], 10), key=lambda h: -h.score)]
-        assert [h.id for h in hits] == exact  # best first
+        by_score = [h.id for h in sorted(edge.search(rows[i], 10), key=lambda h: -h.score)]
+        assert [h.id for h in hits] == by_score  # best first
         for h in hits:  # rescored: the scores are the exact cosines
             assert h.score == pytest.approx(float(rows[int(h.id[1:])] @ rows[i]), abs=1e-5)
         edge.set_index("f32")
@@ -83,14 +85,7 @@ def test_binary_codes_follow_writes_made_after_the_switch(tmp_path: Path) -> Non
     edge, _ = filled(store, n=500)
     edge.set_index("binary")
     fresh = unit(5, 64, 9)
-    edge.upsert(
-        [f"n{i}" for i in range(5)],
-        fresh,
-        ["x"] * 5,
-        [None] * 5,
-        mode="vector",
-        embedding_model=None,
-    )
+    put(edge, [f"n{i}" for i in range(5)], fresh)
     edge.delete(["v3"])
     for i in range(5):
         assert edge.search(fresh[i], 1)[0].id == f"n{i}"
@@ -115,7 +110,8 @@ def test_store_index_setting_applies_to_the_edge_store_and_survives_clearing(
 
 def test_engine_collections_take_an_index_kind(tmp_path: Path) -> None:
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
-    app = create_app(settings, Services(Store(settings.data_dir), None, HashEmbedder()))
+    first = Store(settings.data_dir)
+    app = create_app(settings, Services(first, None, HashEmbedder()))
     client = app.test_client()
     assert client.put("/namespaces/ops").status_code == 201
     r = client.put("/namespaces/ops/collections/docs", json={})
@@ -129,6 +125,13 @@ def test_engine_collections_take_an_index_kind(tmp_path: Path) -> None:
     assert r.status_code == 400 and "index must be one of" in r.get_data(as_text=True)
     r = client.put("/namespaces/ops/collections/docs", json={"description": "kept"})
     assert r.get_json()["index"] == "binary"  # not given: unchanged
+    # after a restart, listing reads the kind without opening the collection
+    first.close()
+    store = Store(settings.data_dir)
+    app = create_app(settings, Services(store, None, HashEmbedder()))
+    listed = app.test_client().get("/namespaces/ops/collections").get_json()["collections"]
+    assert [c["index"] for c in listed] == ["binary"]
+    assert ("ops", "docs") not in store._collections
 
 
 def test_popcount_kernel_is_named() -> None:
@@ -154,7 +157,7 @@ def test_a_damaged_store_with_store_index_set_does_not_stop_the_server(tmp_path:
 
     store = Store(tmp_path)
     edge, _ = filled(store, n=20)
-    edge.upsert(["late"], unit(1, 64, 5), ["x"], [None], mode="vector", embedding_model=None)
+    put(edge, ["late"], unit(1, 64, 5))
     store.close()  # the first batch's redo record is gone: its rows need the index files
     (tmp_path / Store.EDGE_NAMESPACE / Store.EDGE_COLLECTION / "index" / "CURRENT").unlink()
     settings = Settings.load(

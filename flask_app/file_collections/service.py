@@ -128,7 +128,7 @@ class FileCollections:
 
     def index_kind(self, record: CollectionRecord) -> str:
         """How the collection's chunks are scanned (`f32`, `int8` or `binary`)."""
-        return self.store.collection(record.namespace, record.name).index_kind
+        return self.store.index_kind(record.namespace, record.name)
 
     def set_index(self, record: CollectionRecord, kind: str) -> None:
         """Choose how the chunks are scanned (ValueError for an unknown kind)."""

@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from flask_app import simcore
+from flask_app.index_kinds import DEFAULT_INDEX, INDEX_KINDS
 from flask_app.store.errors import (
     CapacityError,
     ClearedError,
@@ -117,17 +118,6 @@ class CollectionInfo:
     index: str = "f32"
 
 
-# How each index kind searches: (simcore mode, candidates kept per result for
-# the exact f32 rescoring). int8 and binary trade recall for speed; their
-# oversampling gives recall@10 >= 0.95 on real text (benches/binary_codes.py).
-INDEX_KINDS: dict[str, tuple[str, int]] = {
-    "f32": ("exact", 1),
-    "int8": ("int8", 4),
-    "binary": ("binary", 40),
-}
-DEFAULT_INDEX = "f32"
-
-
 def _meta_key(value: MetadataValue) -> tuple[str, Any]:
     """(kind, value) as stored in `item_meta`: numbers compare as numbers
     (1 == 1.0), booleans and null only by kind."""
@@ -149,6 +139,22 @@ def _meta_rows(
             kind, stored = _meta_key(value)
             rows.append((key, kind, stored, item_id))
     return rows
+
+
+def stored_index_kind(path: Path) -> str:
+    """The index kind of the collection at `path` from its settings row,
+    without opening it (no index mapped, no codes built)."""
+    rows = path / "rows.sqlite"
+    if not rows.is_file():
+        return DEFAULT_INDEX
+    db = sqlite3.connect(rows, timeout=30)
+    try:
+        row = db.execute("SELECT value FROM settings WHERE key = 'index'").fetchone()
+    except sqlite3.OperationalError:  # no settings table yet
+        row = None
+    finally:
+        db.close()
+    return str(json.loads(row[0])) if row else DEFAULT_INDEX
 
 
 # Compaction runs once dead rows (replaced or deleted) reach the live rows and

@@ -13,7 +13,7 @@ import weakref
 from pathlib import Path
 
 from flask_app import simcore
-from flask_app.store.collection import Collection
+from flask_app.store.collection import Collection, stored_index_kind
 from flask_app.store.errors import CollectionUnavailable, DataDirLocked
 
 _log = logging.getLogger("edgerag.store")
@@ -77,6 +77,14 @@ class Store:
                     raise CollectionUnavailable(f"{namespace}/{name}", str(exc)) from exc
                 self._failures.pop(key, None)
             return self._collections[key]
+
+    def index_kind(self, namespace: str, name: str) -> str:
+        """A collection's index kind; one that is not open is not opened for it."""
+        with self._lock:
+            collection = self._collections.get((namespace, name))
+        if collection is not None:
+            return collection.index_kind
+        return stored_index_kind(self.data_dir / namespace / name)
 
     def edge(self) -> Collection:
         """The moorcheh-edge flat store (one reserved collection), scanned as

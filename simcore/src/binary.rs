@@ -13,12 +13,19 @@ pub const LANES: usize = 8;
 /// The sign bits of `v` (bit set when the value is > 0), `words` u64.
 pub fn sign_words(v: &[f32], words: usize) -> Vec<u64> {
     let mut out = vec![0u64; words];
-    for (i, &x) in v.iter().enumerate() {
-        if x > 0.0 {
-            out[i / 64] |= 1 << (i % 64);
-        }
+    for (w, chunk) in v.chunks(64).enumerate() {
+        out[w] = word_of(chunk);
     }
     out
+}
+
+/// The sign bits of up to 64 values as one word.
+#[inline]
+fn word_of(values: &[f32]) -> u64 {
+    values
+        .iter()
+        .enumerate()
+        .fold(0, |word, (i, &x)| word | (u64::from(x > 0.0) << i))
 }
 
 pub struct BitCodes {
@@ -56,8 +63,8 @@ impl BitCodes {
             self.codes.resize((block + 1) * self.words * LANES, 0);
         }
         let base = block * self.words * LANES;
-        for (w, word) in sign_words(v, self.words).into_iter().enumerate() {
-            self.codes[base + w * LANES + lane] = word;
+        for (w, chunk) in v.chunks(64).enumerate() {
+            self.codes[base + w * LANES + lane] = word_of(chunk); // no allocation per row
         }
         self.rows += 1;
     }

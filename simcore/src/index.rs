@@ -721,16 +721,9 @@ impl Index {
         top: &mut TopK,
     ) {
         if let Some(rows) = allow {
-            for &r in &rows[lo..hi] {
-                let r = r as usize;
-                if !self.deleted[r] {
-                    top.push(
-                        (kernels.dot_f32)(q, &self.f32.row(view_f32, r)[..self.dim]),
-                        r,
-                    );
-                }
-            }
-            return;
+            return self.push_allowed(&rows[lo..hi], top, |r| {
+                (kernels.dot_f32)(q, &self.f32.row(view_f32, r)[..self.dim])
+            });
         }
         let mut buf = [0.0f32; BLOCK];
         self.f32.blocks(view_f32, lo, hi, BLOCK, |slab, first, n| {
@@ -749,15 +742,10 @@ impl Index {
         top: &mut TopK,
     ) {
         if let Some(rows) = allow {
-            for &r in &rows[lo..hi] {
-                let r = r as usize;
-                if !self.deleted[r] {
-                    let dot =
-                        (kernels.dot_i8)(q, &self.i8.row(view_i8, r)[..self.dim], self.sums[r]);
-                    top.push(dot as f32 * self.scales[r], r);
-                }
-            }
-            return;
+            return self.push_allowed(&rows[lo..hi], top, |r| {
+                let dot = (kernels.dot_i8)(q, &self.i8.row(view_i8, r)[..self.dim], self.sums[r]);
+                dot as f32 * self.scales[r]
+            });
         }
         let (mut dots, mut buf) = ([0i32; BLOCK], [0.0f32; BLOCK]);
         self.i8.blocks(view_i8, lo, hi, BLOCK, |slab, first, n| {
@@ -780,13 +768,7 @@ impl Index {
         top: &mut TopK,
     ) {
         if let Some(rows) = allow {
-            for &r in &rows[lo..hi] {
-                let r = r as usize;
-                if !self.deleted[r] {
-                    top.push(-(bits.distance(qw, r) as f32), r);
-                }
-            }
-            return;
+            return self.push_allowed(&rows[lo..hi], top, |r| -(bits.distance(qw, r) as f32));
         }
         // Rows come in increasing order, so once k are held a row must be
         // strictly nearer than the worst kept one (a tie loses on row order):
@@ -821,6 +803,17 @@ impl Index {
                 }
             }
             start += n;
+        }
+    }
+
+    /// Offer the live rows among `rows` (an allow-list's share) to `top`,
+    /// each scored by `score(row)`.
+    fn push_allowed(&self, rows: &[u32], top: &mut TopK, score: impl Fn(usize) -> f32) {
+        for &r in rows {
+            let r = r as usize;
+            if !self.deleted[r] {
+                top.push(score(r), r);
+            }
         }
     }
 

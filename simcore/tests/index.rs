@@ -69,6 +69,15 @@ fn with_deleted(root: &std::path::Path, dim: usize, data: &[f32], deleted: usize
     index
 }
 
+/// The exact inner product of row `row` of `data` with `q`.
+fn exact_dot(data: &[f32], dim: usize, row: usize, q: &[f32]) -> f32 {
+    data[row * dim..(row + 1) * dim]
+        .iter()
+        .zip(q)
+        .map(|(a, b)| a * b)
+        .sum()
+}
+
 fn hit_ids(index: &Index, hits: &[simcore::topk::Hit]) -> Vec<String> {
     hits.iter().map(|h| index.id_of(h.row).to_owned()).collect()
 }
@@ -160,12 +169,7 @@ fn int8_rescored_search_recalls_exact_results() {
             .count();
         // rescored scores are exact f32 scores
         for h in &approx {
-            let want: f32 = data[h.row * dim..(h.row + 1) * dim]
-                .iter()
-                .zip(q)
-                .map(|(a, b)| a * b)
-                .sum();
-            assert!((h.score - want).abs() < 1e-4);
+            assert!((h.score - exact_dot(&data, dim, h.row, q)).abs() < 1e-4);
         }
     }
     assert!(found as f64 / 200.0 >= 0.99, "recall {found}/200");
@@ -451,12 +455,7 @@ fn binary_search_needs_its_codes_then_rescores_exactly() {
     assert_eq!(index.search(&q, 10, all, None).unwrap(), exact);
     // scores are exact f32 scores whatever the oversampling
     for h in index.search(&q, 10, binary, None).unwrap() {
-        let want: f32 = data[h.row * dim..(h.row + 1) * dim]
-            .iter()
-            .zip(&q)
-            .map(|(a, b)| a * b)
-            .sum();
-        assert!((h.score - want).abs() < 1e-4);
+        assert!((h.score - exact_dot(&data, dim, h.row, &q)).abs() < 1e-4);
     }
 }
 

@@ -30,6 +30,7 @@ from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import operation
 from flask_app.api.http.request_ids import request_id
 from flask_app.file_collections.names import PRINCIPAL_PATTERN
+from flask_app.index_kinds import INDEX_KINDS
 from flask_app.ingest.extract import BINARY_TYPES, CONTENT_TYPES
 from flask_app.store.catalog import (
     CollectionRecord,
@@ -38,7 +39,6 @@ from flask_app.store.catalog import (
     NotEmpty,
     rfc3339,
 )
-from flask_app.store.collection import INDEX_KINDS
 from flask_app.store.file_query import readable_by
 
 blueprint = Blueprint("engine_resources", __name__)

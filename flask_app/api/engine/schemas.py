@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flask_app.api.engine import requests as limits
 from flask_app.file_collections import names
+from flask_app.index_kinds import IndexKind
 from flask_app.ingest.extract import CONTENT_TYPES
 
 MetadataValue = str | float | bool
@@ -69,9 +70,6 @@ class ReadSpansRequest(_Request):
     principals: list[Principal] | None = Field(
         default=None, min_length=1, max_length=names.PRINCIPALS_MAX
     )
-
-
-IndexKind = Literal["f32", "int8", "binary"]
 
 
 class CollectionRequest(_Request):

@@ -16,6 +16,7 @@ from pydantic import (
 )
 
 from flask_app.api.http.json_types import FLOAT32_OVERFLOW, JsonInt
+from flask_app.index_kinds import IndexKind
 
 Number = Annotated[float, Strict()]  # ints accepted, strings and booleans not
 # numbers, checked (with the server's own messages) by simcore.matrix_from_lists
@@ -152,7 +153,7 @@ class Health(BaseModel):
     status: Literal["ok", "degraded"]
     dimension: int | None
     store_mode: Literal["text", "vector"] | None
-    store_index: Literal["f32", "int8", "binary"] | None = Field(
+    store_index: IndexKind | None = Field(
         description="how the store is scanned (--store-index); null while it is unavailable"
     )
     embedding_model: str | None
