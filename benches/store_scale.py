@@ -1,25 +1,34 @@
 """The moorcheh-edge store at scale, through the HTTP API of a real server:
-upload N x d vectors in batches of 1,000 (vector mode, --max-items 0), then
-restart and time until /health answers, then time /search.
+upload N x d vectors as JSON (batches of 1,000) and as binary (multipart:
+a .npy part and the ids, batches of --npy-batch rows), each into a fresh
+store (vector mode, --max-items 0), then restart and time until /health
+answers, then time /search.
 
     .venv/bin/python benches/store_scale.py [--n 1000000] [--dim 384] [--clients 2]
+        [--formats json npy] [--json results.json]
 
-Request bodies are serialised before the clock starts (orjson, float32
-values), so the rate is the server's. Client and server share the 2 cores.
+Request bodies are serialised before the clock starts (orjson float32 values;
+urllib3's multipart encoder), so the rate is the server's, durable writes
+included (each batch is fsync'd before its reply). Client and server share
+the 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import orjson
 import requests
+from urllib3 import encode_multipart_formdata
 
 from tests.http_client import ServerProcess, free_port, start_server
 
@@ -41,68 +50,98 @@ def start(data_dir: Path, port: int) -> ServerProcess:
     )
 
 
+def json_bodies(vectors: np.ndarray, batch: int) -> Iterator[tuple[bytes, str]]:
+    for lo in range(0, len(vectors), batch):
+        items = [{"id": f"doc-{i}", "vector": vectors[i]} for i in range(lo, lo + batch)]
+        body = orjson.dumps(
+            {"store_mode": "vector", "items": items}, option=orjson.OPT_SERIALIZE_NUMPY
+        )
+        yield body, "application/json"
+
+
+def npy_bodies(vectors: np.ndarray, batch: int) -> Iterator[tuple[bytes, str]]:
+    for lo in range(0, len(vectors), batch):
+        hi = min(len(vectors), lo + batch)
+        npy = io.BytesIO()
+        np.save(npy, vectors[lo:hi])
+        ids = "\n".join(f"doc-{i}" for i in range(lo, hi)).encode()
+        yield encode_multipart_formdata(
+            {"vectors": ("v.npy", npy.getvalue()), "ids": ("ids.txt", ids)}
+        )
+
+
+def upload(base: str, bodies: list[tuple[bytes, str]], clients: int) -> float:
+    """Seconds to send every body, `clients` at a time."""
+    next_body = iter(bodies)
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def client() -> None:
+        session = requests.Session()
+        while True:
+            with lock:
+                body = next(next_body, None)
+            if body is None:
+                return
+            data, content_type = body
+            r = session.post(
+                base + "/upload", data=data, timeout=300, headers={"Content-Type": content_type}
+            )
+            if r.status_code != 200:
+                failures.append(r.text)
+                return
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise SystemExit(f"upload failed: {failures[0][:500]}")
+    return elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=1000, help="rows per JSON request")
+    parser.add_argument("--npy-batch", type=int, default=20_000, help="rows per .npy request")
     parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--formats", nargs="+", choices=["json", "npy"], default=["json", "npy"])
+    parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"serialising {args.n:,} x {args.dim} ...", flush=True)
-    bodies = []
-    for lo in range(0, args.n, args.batch):
-        hi = min(args.n, lo + args.batch)
-        vectors = rng.standard_normal((hi - lo, args.dim), dtype=np.float32)
-        items = [{"id": f"doc-{i}", "vector": vectors[i - lo]} for i in range(lo, hi)]
-        bodies.append(
-            orjson.dumps(
-                {"store_mode": "vector", "items": items}, option=orjson.OPT_SERIALIZE_NUMPY
-            )
-        )
+    vectors = rng.standard_normal((args.n, args.dim), dtype=np.float32)
     queries = rng.standard_normal((20, args.dim), dtype=np.float32)
-    with tempfile.TemporaryDirectory() as tmp:
-        data_dir = Path(tmp) / "data"
+    results: dict[str, object] = {"n": args.n, "dim": args.dim, "clients": args.clients}
+    with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        server = start(data_dir, port)
-        next_body = iter(bodies)
-        lock = threading.Lock()
-        failures: list[str] = []
-
-        def client() -> None:
-            session = requests.Session()
-            while True:
-                with lock:
-                    body = next(next_body, None)
-                if body is None:
-                    return
-                r = session.post(
-                    base + "/upload",
-                    data=body,
-                    timeout=120,
-                    headers={"Content-Type": "application/json"},
-                )
-                if r.status_code != 200:
-                    failures.append(r.text)
-                    return
-
-        started = time.perf_counter()
-        threads = [threading.Thread(target=client) for _ in range(args.clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - started
-        if failures:
-            raise SystemExit(f"upload failed: {failures[0]}")
-        total = requests.get(base + "/health", timeout=10).json()["items"]
-        print(
-            f"uploaded {total:,} vectors in {elapsed:.1f} s: {total / elapsed:,.0f} vectors/s "
-            f"({args.clients} clients, batches of {args.batch})"
-        )
-        server.stop()
+        for form in args.formats:
+            print(f"serialising {args.n:,} x {args.dim} as {form} ...", flush=True)
+            batch = args.batch if form == "json" else args.npy_batch
+            make = json_bodies if form == "json" else npy_bodies
+            bodies = list(make(vectors, batch))
+            data_dir = Path(tmp) / form
+            server = start(data_dir, port)
+            elapsed = upload(base, bodies, args.clients)
+            del bodies
+            total = requests.get(base + "/health", timeout=10).json()["items"]
+            assert total == args.n, total
+            rate = total / elapsed
+            results[f"{form}_vectors_per_s"] = round(rate)
+            results[f"{form}_batch"] = batch
+            print(
+                f"{form}: uploaded {total:,} vectors in {elapsed:.1f} s: {rate:,.0f} vectors/s "
+                f"({args.clients} clients, batches of {batch:,})",
+                flush=True,
+            )
+            server.stop()
         readies = []
+        latencies: list[float] = []
         for _ in range(3):
             server = start(data_dir, port)
             readies.append(server.ready_s)
@@ -119,6 +158,8 @@ def main() -> None:
                 latencies.append(time.perf_counter() - t0)
                 assert len(r.json()["results"]) == 10
             server.stop()
+        results["restart_s"] = round(statistics.median(readies), 2)
+        results["search_ms"] = round(statistics.median(latencies) * 1000, 1)
         print(
             f"restart until /health answers: median {statistics.median(readies):.2f} s "
             f"(runs: {', '.join(f'{r:.2f}' for r in readies)})"
@@ -127,6 +168,8 @@ def main() -> None:
             f"/search over HTTP after restart: median {statistics.median(latencies) * 1000:.1f} ms,"
             f" first {latencies[0] * 1000:.1f} ms"
         )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -8,15 +8,22 @@ c.search_text("when are you open?", top_k=3)
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import requests
 import sseclient
 
 Json = dict[str, Any]
 Progress = Callable[[int], None]
+
+# bytes of vectors per request of `upload_array` (the server's default
+# --max-body-mb is 64)
+ARRAY_BATCH_BYTES = 32 << 20
 
 
 class EdgeragError(Exception):
@@ -127,6 +134,46 @@ class Client:
                 item["metadata"] = v["metadata"]
             items.append(item)
         return self._upload_batches(items, "vector", batch_size, progress)
+
+    def upload_array(
+        self,
+        ids: Sequence[str],
+        vectors: npt.NDArray[np.floating[Any]],
+        items: Sequence[Json] | None = None,
+        *,
+        batch_rows: int | None = None,
+        progress: Progress | None = None,
+    ) -> Json:
+        """Vectors as binary (`.npy` parts of a multipart upload, vector mode):
+        row i of `vectors` (n x d) under `ids[i]`, with `items[i]`'s optional
+        `text` and `metadata`. Sent in batches of `batch_rows` (default: 32 MB
+        of float32 each); returns the last batch's reply."""
+        rows = len(ids)
+        if vectors.ndim != 2 or vectors.shape[0] != rows or rows == 0:
+            raise ValueError(f"{rows} ids for vectors of shape {vectors.shape}")
+        if items is not None and len(items) != rows:
+            raise ValueError(f"{len(items)} items for {rows} ids")
+        step = batch_rows or max(1, ARRAY_BATCH_BYTES // (4 * int(vectors.shape[1])))
+        result: Json = {}
+        for start in range(0, rows, step):
+            stop = min(rows, start + step)
+            npy = io.BytesIO()
+            np.save(npy, np.ascontiguousarray(vectors[start:stop], dtype=np.float32))
+            parts: dict[str, tuple[str, bytes, str]] = {
+                "vectors": ("vectors.npy", npy.getvalue(), "application/octet-stream"),
+                "ids": ("ids.txt", "\n".join(ids[start:stop]).encode("utf-8"), "text/plain"),
+            }
+            if items is not None:
+                lines = (json.dumps(item, ensure_ascii=False) for item in items[start:stop])
+                parts["items"] = ("items.jsonl", "\n".join(lines).encode("utf-8"), "text/plain")
+            response = self.session.post(
+                self.base_url + "/upload", files=parts, timeout=self.timeout
+            )
+            self._raise_for(response)
+            result = response.json()
+            if progress is not None:
+                progress(stop - start)
+        return result
 
     def _search(
         self,

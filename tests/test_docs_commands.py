@@ -33,7 +33,7 @@ PAGES = [
 ]
 BLOCK = re.compile(r"^```([^\n]*)\n(.*?)^```", re.S | re.M)
 CLIENT_COMMAND = re.compile(
-    r"(\bcurl\s|\$E\s|edgerag\s+(upload-documents|search|answer|status|export|delete|clear-store)\b)"
+    r"(\bcurl\s|\$E\s|edgerag\s+(upload|search|answer|status|export|delete|clear-store)\b)"
 )
 PRELUDE = """set -euo pipefail
 curl() { command curl --fail-with-body --max-time 180 "$@"; echo; }

@@ -1,6 +1,7 @@
 """Schema fuzzing of every route: requests generated from the request models'
 JSON schemas (valid ones, ones with a field replaced by arbitrary JSON, and
-arbitrary bodies and content types). No response may be a 5xx, every error
+arbitrary bodies and content types), and `/upload`'s multipart bodies (drawn
+.npy files, ids and JSON Lines, parts missing or garbled). No response may be a 5xx, every error
 is JSON, and a rejected request never changes the store.
 
 CI runs EDGERAG_FUZZ_EXAMPLES (default 1,500) requests; the documented figure
@@ -171,6 +172,46 @@ def body_requests(draw: st.DrawFn) -> tuple[str, str, bytes, str]:
 
 
 @st.composite
+def npy_files(draw: st.DrawFn) -> bytes:
+    """A .npy of a drawn shape and dtype (mostly float rows), or bytes around one."""
+    import io
+
+    import numpy as np
+
+    rows = draw(st.integers(0, 3))
+    dim = draw(st.sampled_from([DIM, DIM + 1, 8, 0]))
+    dtype = draw(st.sampled_from(["<f4", "<f8", "<f2", "<i4", "|b1", "<c8"]))
+    fill = draw(st.sampled_from([1.0, 0.0, 1e39, float("nan"), -2.5]))
+    shape: tuple[int, ...] = draw(st.sampled_from([(rows, dim), (rows,), (rows, dim, 1)]))
+    out = io.BytesIO()
+    with np.errstate(all="ignore"):
+        np.save(out, np.full(shape, fill).astype(dtype))
+    data = out.getvalue()
+    cut = draw(st.sampled_from([None, 10, len(data) // 2]))
+    return data[:cut] if cut is not None else data
+
+
+@st.composite
+def multipart_uploads(draw: st.DrawFn) -> tuple[str, str, bytes, str]:
+    """`/upload` as multipart: .npy vectors, ids, items, each maybe missing or garbled."""
+    from urllib3 import encode_multipart_formdata
+
+    parts: dict[str, Any] = {}
+    if draw(st.booleans()) or draw(st.booleans()):
+        parts["vectors"] = ("v.npy", draw(npy_files() | st.binary(max_size=64)))
+    if draw(st.booleans()) or draw(st.booleans()):
+        ids = draw(st.lists(st.text(max_size=6), max_size=4))
+        parts["ids"] = ("ids.txt", "\n".join(ids).encode("utf-8", "surrogatepass"))
+    if draw(st.booleans()):
+        lines = draw(st.lists(json_values.map(json.dumps), max_size=4))
+        parts["items"] = ("items.jsonl", "\n".join(lines).encode())
+    if draw(st.booleans()):
+        parts[draw(st.text(max_size=6))] = draw(st.text(max_size=12))
+    body, content_type = encode_multipart_formdata(parts)
+    return "POST", "/upload", body, content_type
+
+
+@st.composite
 def query_requests(draw: st.DrawFn) -> tuple[str, str, bytes, str]:
     path = draw(st.sampled_from(["/export", "/health", "/nowhere", "/upload"]))
     params = draw(
@@ -225,7 +266,7 @@ STATUSES: Counter[int] = Counter()
         HealthCheck.filter_too_much,
     ],
 )
-@given(request=st.one_of(body_requests(), query_requests()))
+@given(request=st.one_of(body_requests(), multipart_uploads(), query_requests()))
 def test_no_request_gets_a_5xx_or_changes_the_store_when_rejected(
     fuzz_client: FlaskClient, request: tuple[str, str, bytes, str]
 ) -> None:

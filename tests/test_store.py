@@ -28,11 +28,14 @@ class Boom(RuntimeError):
 
 
 class FlakyIndex:
-    """Wraps a real index; its next `failures` upserts raise."""
+    """Wraps a real index; its next `failures` upserts raise, before writing
+    or (`after`) once the batch is appended, as a crash between the index's
+    commit and the rows' would."""
 
-    def __init__(self, real: simcore.Index, failures: int) -> None:
+    def __init__(self, real: simcore.Index, failures: int, *, after: bool = False) -> None:
         self.real = real
         self.failures = failures
+        self.after = after
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.real, name)
@@ -43,48 +46,66 @@ class FlakyIndex:
     def upsert(self, ids: list[str], vectors: np.ndarray) -> tuple[int, int]:
         if self.failures > 0:
             self.failures -= 1
+            if self.after:
+                self.real.upsert(ids, vectors)
             raise Boom("index write failed")
         return self.real.upsert(ids, vectors)
 
 
-def test_index_failure_is_replayed_on_reopen(tmp_path: Path) -> None:
+@pytest.mark.parametrize("after", [False, True])
+def test_a_failed_write_is_undone_on_reopen(tmp_path: Path, after: bool) -> None:
     c = Collection(tmp_path / "c")
-    upsert(c, ["a"], vecs(1, 1))
+    old = vecs(2, 1)
+    upsert(c, ["a", "b"], old, text="old")
     assert c._index is not None
-    c._index = FlakyIndex(c._index, failures=1)  # type: ignore[assignment]
-    v = vecs(2, 2)
+    c._index = FlakyIndex(c._index, failures=1, after=after)  # type: ignore[assignment]
     with pytest.raises(Boom):
-        upsert(c, ["b", "c"], v)
+        upsert(c, ["b", "c"], vecs(2, 2), text="new")  # replaces b, adds c
     c.close()
     del c
     reopened = Collection(tmp_path / "c")
-    hits = reopened.search(v[1], 1)
-    assert hits[0].id == "c" and hits[0].score > 0.999
-    assert len(reopened) == 3
+    assert len(reopened) == 2 and "c" not in reopened.items(["c"])
+    hits = reopened.search(old[1], 3)
+    assert [h.id for h in hits] == ["b", "a"]
+    assert hits[0].score > 0.999 and hits[0].text == "old"
+    assert reopened._index is not None and len(reopened._index) == 2
 
 
-def test_failed_apply_is_replayed_before_the_next_write(tmp_path: Path) -> None:
+@pytest.mark.parametrize("after", [False, True])
+def test_a_failed_write_is_undone_before_the_next_write(tmp_path: Path, after: bool) -> None:
     c = Collection(tmp_path / "c")
-    upsert(c, ["a"], vecs(1, 1))
+    old = vecs(1, 1)
+    upsert(c, ["a"], old)
     assert c._index is not None
-    c._index = FlakyIndex(c._index, failures=1)  # type: ignore[assignment]
-    v = vecs(1, 5)
+    c._index = FlakyIndex(c._index, failures=1, after=after)  # type: ignore[assignment]
     with pytest.raises(Boom):
-        upsert(c, ["b"], v)
-    upsert(c, ["z"], vecs(1, 6))  # replays "b" first
-    assert c.search(v[0], 1)[0].id == "b"
+        upsert(c, ["a", "b"], vecs(2, 5))
+    upsert(c, ["z"], vecs(1, 6))
+    assert len(c) == 2 and sorted(c.items(["a", "b", "z"])) == ["a", "z"]
+    assert c.search(old[0], 1)[0].score > 0.999
 
 
-def test_crash_before_the_first_index_commit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("after", [False, True])
+def test_a_failed_first_write_leaves_an_empty_collection(tmp_path: Path, after: bool) -> None:
     c = Collection(tmp_path / "c")
-    v = vecs(3, 3)
-    c._open_index = lambda dim: (_ for _ in ()).throw(Boom("crash"))  # type: ignore[method-assign]
+    if after:
+        real_open = c._open_index
+
+        def flaky_open(dim: int) -> simcore.Index:
+            return FlakyIndex(real_open(dim), failures=1, after=True)  # type: ignore[return-value]
+
+        c._open_index = flaky_open  # type: ignore[method-assign]
+    else:
+        c._open_index = lambda dim: (_ for _ in ()).throw(Boom("crash"))  # type: ignore[method-assign]
     with pytest.raises(Boom):
-        upsert(c, ["a", "b", "c"], v)
+        upsert(c, ["a", "b", "c"], vecs(3, 3))
     c.close()
     reopened = Collection(tmp_path / "c")
-    assert reopened.info().dimension == 16
-    assert reopened.search(v[2], 1)[0].id == "c"
+    assert reopened.info().dimension is None and len(reopened) == 0
+    assert not (tmp_path / "c" / "index").exists()
+    v = vecs(2, 4, dim=32)  # the failed batch fixed nothing: another dimension is fine
+    upsert(reopened, ["x", "y"], v)
+    assert reopened.search(v[1], 1)[0].id == "y"
 
 
 def test_a_search_never_sees_half_a_batch(tmp_path: Path) -> None:

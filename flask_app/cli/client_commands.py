@@ -1,5 +1,6 @@
 """`edgerag` verbs that talk to a running server (moorcheh-edge CLI compatible):
-status, upload-documents, upload-vectors, search, delete, clear-store, export.
+status, upload-documents, upload-vectors (alias upload; JSON, or a .npy sent
+as binary), search, delete, clear-store, export.
 
 Output is the server's JSON (indent 2). On an API error the error body is
 printed, then `Error (<status>): <message>` on stderr, exit code 1.
@@ -51,14 +52,25 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--batch-size", type=int, default=256, help="items per request (default 256)")
     _base(p)
-    p = sub.add_parser("upload-vectors", help="upload vectors (vector mode)")
+    p = sub.add_parser("upload-vectors", aliases=["upload"], help="upload vectors (vector mode)")
     p.add_argument(
         "--vectors-file",
         required=True,
         type=Path,
-        help='JSON file {"vectors": [{"id", "vector", "text"?, "metadata"?}, ...]}',
+        help='JSON file {"vectors": [{"id", "vector", "text"?, "metadata"?}, ...]}, or a '
+        ".npy array (n x d) sent as binary, with --ids-file",
     )
-    p.add_argument("--batch-size", type=int, default=1000, help="items per request (default 1000)")
+    p.add_argument("--ids-file", type=Path, help="with a .npy: the n ids, one per line")
+    p.add_argument(
+        "--items-file",
+        type=Path,
+        help='with a .npy: optional JSON Lines, per row {"text"?, "metadata"?}',
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        help="items per request (default 1000 from JSON; from a .npy, 32 MB of vectors)",
+    )
     _base(p)
     p = sub.add_parser("search", help="POST /search by text or by vector")
     query = p.add_mutually_exclusive_group(required=True)
@@ -118,6 +130,32 @@ def _records(path: Path, key: str) -> list[dict[str, Any]]:
         if not isinstance(record, dict) or "id" not in record:
             raise UsageError(f"{path}: {key}[{i}] must be an object with an id")
     return records
+
+
+def _array_upload(args: argparse.Namespace) -> tuple[list[str], Any, list[dict[str, Any]] | None]:
+    """The .npy vectors (memory-mapped: sent a batch at a time), their ids and items."""
+    import numpy as np
+
+    if args.ids_file is None:
+        raise UsageError("a .npy --vectors-file needs --ids-file (one id per line)")
+    try:
+        array = np.load(args.vectors_file, mmap_mode="r", allow_pickle=False)
+        ids = args.ids_file.read_text(encoding="utf-8").splitlines()
+        lines = args.items_file.read_text(encoding="utf-8").splitlines() if args.items_file else []
+    except OSError as exc:
+        raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the upload's files: {exc}") from None
+    if array.ndim != 2 or array.shape[0] != len(ids):
+        raise UsageError(f"{args.ids_file} has {len(ids)} ids for vectors of shape {array.shape}")
+    if not args.items_file:
+        return ids, array, None
+    if len(lines) != len(ids):
+        raise UsageError(f"{args.items_file} has {len(lines)} lines for {len(ids)} ids")
+    items = [_load_json(line, f"{args.items_file} line {n + 1}") for n, line in enumerate(lines)]
+    if not all(isinstance(item, dict) for item in items):
+        raise UsageError(f"{args.items_file}: every line must be a JSON object")
+    return ids, array, items
 
 
 def _with_progress(total: int, label: str, upload: Callable[[Callable[[int], None]], Any]) -> Any:
@@ -198,12 +236,25 @@ def run(args: argparse.Namespace) -> Any:
             "upload",
             lambda p: client.upload_documents(docs, batch_size=args.batch_size, progress=p),
         )
-    if command == "upload-vectors":
+    if command in ("upload-vectors", "upload") and args.vectors_file.suffix == ".npy":
+        ids, array, items = _array_upload(args)
+        return _with_progress(
+            len(ids),
+            "upload",
+            lambda p: client.upload_array(
+                ids, array, items, batch_rows=args.batch_size, progress=p
+            ),
+        )
+    if command in ("upload-vectors", "upload"):
+        if args.ids_file or args.items_file:
+            raise UsageError("--ids-file and --items-file go with a .npy --vectors-file")
         vectors = _records(args.vectors_file, "vectors")
         return _with_progress(
             len(vectors),
             "upload",
-            lambda p: client.upload_vectors(vectors, batch_size=args.batch_size, progress=p),
+            lambda p: client.upload_vectors(
+                vectors, batch_size=args.batch_size or 1000, progress=p
+            ),
         )
     if command == "search":
         metadata = _load_json(args.metadata_json, "--metadata-json") if args.metadata_json else None
@@ -265,6 +316,7 @@ COMMANDS = {
     "status",
     "upload-documents",
     "upload-vectors",
+    "upload",
     "search",
     "answer",
     "delete",

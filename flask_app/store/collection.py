@@ -7,21 +7,26 @@ live in the `settings` table; the first upload fixes them. Its index kind
 (`f32`, `int8` or `binary`: how a search scans) can change at any time.
 
 Write protocol (every acknowledged write survives `kill -9`, nothing
-half-written is ever visible):
-1. one SQLite transaction writes the rows *and* a redo record (`pending`)
-   holding the batch's vectors or deleted ids, and drops the previous batch's
-   record (already applied); it commits with fsync;
-2. the simcore index applies the batch (its own fsync'd commit).
-On open, the redo record left by the last batch is applied again to the index
-unless the index already holds it (so a restart never re-appends), and a crash
-between 1 and 2 loses nothing. Vectors are checked and normalised before step
-1, so no batch can be committed that the index would refuse; a record that
-fails anyway is undone (its write was never acknowledged). Replaced and
-deleted rows are reclaimed by compaction once they outnumber the live ones. Writers
-hold the collection's write lock for both steps; searches hold its read lock,
-so a search sees a batch either entirely or not at all. A compaction runs after
-the write, with only the writer lock held: searches go on while simcore writes
-the new generation and wait only for the switch to it.
+half-written is ever visible, vectors are written once):
+1. an upsert first commits an intent (`pending`): the ids the index is about
+   to change, and the vectors the replaced ones have now (none for new ids);
+2. the simcore index appends the batch (its own fsync'd commit);
+3. one SQLite transaction writes the rows and drops the intent; it commits
+   with fsync, and the write is acknowledged.
+An intent found on open (or after a failed step) means step 3 never committed:
+the index is put back (the batch's ids removed, the replaced vectors
+restored; the first batch's index is removed whole), so the write is as if
+it never happened. A delete commits the rows' removal with a redo record of
+the ids, then applies it to the index; a record found on open is applied
+again. Vectors are checked and normalised before step 1, so the index refuses
+no batch it was promised. Replaced and deleted rows are reclaimed by
+compaction once they outnumber the live ones. Writers hold the collection's
+write lock for every step; searches hold its read lock, so a search sees a
+batch either entirely or not at all. A compaction runs after the write, with
+only the writer lock held: searches go on while simcore writes the new
+generation and wait only for the switch to it. (Stores written before the
+intent hold redo records of upserts with their vectors; they are replayed as
+before.)
 """
 
 from __future__ import annotations
@@ -304,16 +309,17 @@ class Collection:
         return simcore.Index.create(self._index_path, dim)
 
     def _recover(self) -> None:
-        """Re-apply the redo records to the index (idempotent), then drop them.
-
-        The last record may or may not have reached the index before a crash;
-        earlier ones are normally removed by the next write's transaction.
-        """
+        """Undo an upsert's intent, or re-apply a redo record, to the index
+        (idempotent), then drop them. The last one may or may not have
+        reached the index before a crash; earlier ones are normally removed
+        by the next write's transaction."""
         pending = self._db().execute("SELECT op, ids, vectors FROM pending ORDER BY seq").fetchall()
-        index = self._index
         for op, ids_json, blob in pending:
-            ids = json.loads(ids_json)
-            if op == "upsert" and index is not None:
+            index = self._index
+            if op == "intent":
+                self._undo_intent(json.loads(ids_json), blob)
+            elif op == "upsert" and index is not None:  # written by an older version
+                ids = json.loads(ids_json)
                 vectors = np.frombuffer(blob, dtype=np.float32).reshape(len(ids), -1)
                 if self._holds(index, ids, vectors):
                     continue  # applied before the crash: re-applying would append again
@@ -322,11 +328,28 @@ class Collection:
                 except simcore.SimcoreValueError as exc:
                     self._undo_batch(index, ids, str(exc))
             elif op == "delete" and index is not None:
-                index.delete(ids)
+                index.delete(json.loads(ids_json))
         if pending:
             with self._write() as db:
                 db.execute("DELETE FROM pending")
         self._needs_recovery = False
+
+    def _undo_intent(self, intent: list[list[str]], previous: bytes | None) -> None:
+        """Put the index back as it was before an upsert whose rows never
+        committed: its ids removed, the vectors the replaced ones had restored.
+        Before the first committed batch the index holds nothing else: it goes."""
+        changed, replaced = intent
+        if self._settings.get("dimension") is None:
+            self._index = None
+            shutil.rmtree(self._index_path, ignore_errors=True)
+            return
+        index = self._index
+        if index is None:
+            return
+        index.delete(changed)
+        if replaced:
+            vectors = np.frombuffer(previous or b"", dtype=np.float32)
+            index.upsert(replaced, vectors.reshape(len(replaced), -1))
 
     @staticmethod
     def _holds(index: simcore.Index, ids: Sequence[str], vectors: Vectors) -> bool:
@@ -435,42 +458,56 @@ class Collection:
                 (i, t, json.dumps(m) if m is not None else None, now, now)
                 for i, t, m in zip(ids, texts, metadata, strict=True)
             ]
+            previous = None  # the vectors the replaced items have now
+            if index is not None and replaced:
+                previous = np.stack([v for i in replaced if (v := index.get(i)) is not None])
             with self._write() as db:
-                if index is None:
-                    for key, value in (
-                        ("mode", mode),
-                        ("dimension", dim),
-                        ("embedding_model", embedding_model),
-                    ):
-                        db.execute(
-                            "INSERT OR REPLACE INTO settings VALUES (?, ?)",
-                            (key, json.dumps(value)),
-                        )
-                db.executemany(
-                    "INSERT INTO items VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-                    "text = excluded.text, metadata = excluded.metadata, "
-                    "updated_at = excluded.updated_at",
-                    rows,
-                )
-                # replaced items drop their old metadata and text rows
-                db.executemany("DELETE FROM item_meta WHERE id = ?", [(i,) for i in replaced])
-                _index_text(db, ids, texts)
-                db.executemany(
-                    "INSERT OR IGNORE INTO item_meta VALUES (?, ?, ?, ?)",
-                    _meta_rows(ids, metadata),
-                )
                 db.execute("DELETE FROM pending")  # earlier records are applied
                 db.execute(
-                    "INSERT INTO pending (op, ids, vectors) VALUES ('upsert', ?, ?)",
-                    (json.dumps(list(ids)), vectors.tobytes()),
+                    "INSERT INTO pending (op, ids, vectors) VALUES ('intent', ?, ?)",
+                    (
+                        json.dumps([list(ids), replaced]),
+                        None if previous is None else previous.tobytes(),
+                    ),
                 )
-            if index is None:
-                index = self._open_index(dim)
-                self._index = index
+            first = index is None
+            try:
+                if index is None:
+                    index = self._index = self._open_index(dim)
+                index.upsert(list(ids), vectors)
+                with self._write() as db:
+                    if first:
+                        for key, value in (
+                            ("mode", mode),
+                            ("dimension", dim),
+                            ("embedding_model", embedding_model),
+                        ):
+                            db.execute(
+                                "INSERT OR REPLACE INTO settings VALUES (?, ?)",
+                                (key, json.dumps(value)),
+                            )
+                    db.executemany(
+                        "INSERT INTO items VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                        "text = excluded.text, metadata = excluded.metadata, "
+                        "updated_at = excluded.updated_at",
+                        rows,
+                    )
+                    # replaced items drop their old metadata and text rows
+                    db.executemany("DELETE FROM item_meta WHERE id = ?", [(i,) for i in replaced])
+                    _drop_text(db, replaced)
+                    _index_text(db, ids, texts)
+                    db.executemany(
+                        "INSERT OR IGNORE INTO item_meta VALUES (?, ?, ?, ?)",
+                        _meta_rows(ids, metadata),
+                    )
+                    db.execute("DELETE FROM pending")
+            except BaseException:
+                self._needs_recovery = True  # the intent is undone before the next write
+                raise
+            if first:
                 self._settings.update(
                     {"mode": mode, "dimension": dim, "embedding_model": embedding_model}
                 )
-            self._apply(lambda: index.upsert(list(ids), vectors))
             self._count += new
             return self._count
 
@@ -657,8 +694,7 @@ class Collection:
 
 
 def _index_text(db: sqlite3.Connection, ids: Sequence[str], texts: Sequence[str]) -> None:
-    """Replace the text-index rows of `ids` with `texts` (empty texts get none)."""
-    _drop_text(db, ids)
+    """Text-index rows for `ids` (which have none) holding `texts` (empty texts get none)."""
     first = db.execute("SELECT coalesce(max(rowid), 0) + 1 FROM items_fts").fetchone()[0]
     rows = [
         (first + n, text, item_id)

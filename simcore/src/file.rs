@@ -330,6 +330,15 @@ impl IndexFiles {
         Ok((files, loaded))
     }
 
+    /// Fresh maps of the f32 and int8 row files as committed so far.
+    pub fn map_rows(&self) -> io::Result<(Mmap, Mmap)> {
+        // SAFETY: as in `open`: committed data, only ever appended after.
+        let f32_map = unsafe { Mmap::map(&self.data[0])? };
+        // SAFETY: as above.
+        let i8_map = unsafe { Mmap::map(&self.data[1])? };
+        Ok((f32_map, i8_map))
+    }
+
     pub fn header(&self) -> Header {
         self.header
     }

@@ -3,6 +3,7 @@
 //! (f32, or an int8 or sign-bit scan + exact f32 rescoring), filtered and
 //! batched.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -45,6 +46,10 @@ pub struct UpsertStats {
     pub replaced: usize,
 }
 
+/// A file-backed index keeps rows appended since its files were mapped in
+/// memory up to this many bytes of f32 rows, then maps the files again.
+const REMAP_TAIL_BYTES: usize = 64 << 20;
+
 fn round_up(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
@@ -62,6 +67,16 @@ impl<T: Copy + 'static> Rows<T> {
         Self {
             base: None,
             base_rows: 0,
+            tail: Vec::new(),
+            stride,
+        }
+    }
+
+    /// Rows `0..rows` read from a map of their file, nothing in memory.
+    fn mapped(map: Mmap, rows: usize, stride: usize) -> Self {
+        Self {
+            base: Some(map),
+            base_rows: rows,
             tail: Vec::new(),
             stride,
         }
@@ -120,9 +135,10 @@ fn view_i8(b: &[u8]) -> &[i8] {
     file::as_i8(b)
 }
 
-/// Encoded form of a batch of new rows.
-struct Encoded {
-    f32: Vec<f32>,
+/// Encoded form of a batch of new rows (`f32` borrows the batch's own
+/// values when rows need no padding).
+struct Encoded<'a> {
+    f32: Cow<'a, [f32]>,
     i8: Vec<i8>,
     scales: Vec<f32>,
     sums: Vec<i32>,
@@ -162,7 +178,10 @@ pub struct Compaction {
 
 enum Prepared {
     /// an in-memory index's live rows, encoded
-    InMemory { ids: Vec<String>, enc: Encoded },
+    InMemory {
+        ids: Vec<String>,
+        enc: Encoded<'static>,
+    },
     /// a persistent index's new generation, written and synced, not yet current
     OnDisk { generation: String },
 }
@@ -228,18 +247,8 @@ impl Index {
 
     fn load(&mut self, loaded: Loaded) {
         let rows = loaded.header.rows as usize;
-        self.f32 = Rows {
-            base: Some(loaded.f32),
-            base_rows: rows,
-            tail: Vec::new(),
-            stride: self.stride_f32,
-        };
-        self.i8 = Rows {
-            base: Some(loaded.i8),
-            base_rows: rows,
-            tail: Vec::new(),
-            stride: self.stride_i8,
-        };
+        self.f32 = Rows::mapped(loaded.f32, rows, self.stride_f32);
+        self.i8 = Rows::mapped(loaded.i8, rows, self.stride_i8);
         self.scales = loaded
             .meta
             .chunks_exact(META_BYTES)
@@ -364,19 +373,42 @@ impl Index {
         check_finite(values, "vectors")
     }
 
-    fn encode(&self, values: &[f32], n: usize) -> Encoded {
+    fn owned(enc: Encoded<'_>) -> Encoded<'static> {
+        Encoded {
+            f32: Cow::Owned(enc.f32.into_owned()),
+            i8: enc.i8,
+            scales: enc.scales,
+            sums: enc.sums,
+            meta: enc.meta,
+        }
+    }
+
+    fn encode<'a>(&self, values: &'a [f32], n: usize) -> Encoded<'a> {
+        let f32 = if self.stride_f32 == self.dim {
+            Cow::Borrowed(values)
+        } else {
+            let mut padded = vec![0.0; n * self.stride_f32];
+            for (row, v) in padded
+                .chunks_exact_mut(self.stride_f32)
+                .zip(values.chunks_exact(self.dim))
+            {
+                row[..self.dim].copy_from_slice(v);
+            }
+            Cow::Owned(padded)
+        };
         let mut enc = Encoded {
-            f32: vec![0.0; n * self.stride_f32],
+            f32,
             i8: vec![0; n * self.stride_i8],
             scales: Vec::with_capacity(n),
             sums: Vec::with_capacity(n),
             meta: Vec::with_capacity(n * META_BYTES),
         };
-        for (r, v) in values.chunks_exact(self.dim).enumerate() {
-            enc.f32[r * self.stride_f32..r * self.stride_f32 + self.dim].copy_from_slice(v);
-            let codes = &mut enc.i8[r * self.stride_i8..r * self.stride_i8 + self.dim];
-            let scale = quant::max_scale_into(v, codes);
-            let sum: i32 = codes.iter().map(|&c| i32::from(c)).sum();
+        for (codes, v) in enc
+            .i8
+            .chunks_exact_mut(self.stride_i8)
+            .zip(values.chunks_exact(self.dim))
+        {
+            let (scale, sum) = quant::max_scale_into(v, &mut codes[..self.dim]);
             enc.scales.push(scale);
             enc.sums.push(sum);
             enc.meta.extend_from_slice(&scale.to_le_bytes());
@@ -411,6 +443,7 @@ impl Index {
             .iter()
             .filter_map(|id| self.lookup.get(id.as_ref()).copied())
             .collect();
+        let mut remapped = None;
         if let Some((root, files)) = self.files.as_mut() {
             let id_bytes = file::encode_ids(ids.iter().map(AsRef::as_ref));
             let batch = Batch {
@@ -422,6 +455,11 @@ impl Index {
                 deleted: &replaced,
             };
             files.append(&batch).map_err(|e| io_error(root, e))?;
+            // the rows are in the files now: past a few MB, map them instead of
+            // keeping a second copy (grown by copies) in memory
+            if (self.f32.tail.len() + enc.f32.len()) * 4 >= REMAP_TAIL_BYTES {
+                remapped = Some(files.map_rows().map_err(|e| io_error(root, e))?);
+            }
         }
         for &r in &replaced {
             self.deleted[r as usize] = true;
@@ -439,8 +477,16 @@ impl Index {
                 bits.push(row);
             }
         }
-        self.f32.tail.extend_from_slice(&enc.f32);
-        self.i8.tail.extend_from_slice(&enc.i8);
+        match remapped {
+            Some((f32_map, i8_map)) => {
+                self.f32 = Rows::mapped(f32_map, self.rows(), self.stride_f32);
+                self.i8 = Rows::mapped(i8_map, self.rows(), self.stride_i8);
+            }
+            None => {
+                self.f32.tail.extend_from_slice(&enc.f32);
+                self.i8.tail.extend_from_slice(&enc.i8);
+            }
+        }
         self.scales.extend_from_slice(&enc.scales);
         self.sums.extend_from_slice(&enc.sums);
         self.changes += 1;
@@ -512,7 +558,10 @@ impl Index {
         let Some((root, files)) = self.files.as_ref() else {
             return Ok(Compaction {
                 changes: self.changes,
-                rows: Prepared::InMemory { ids, enc },
+                rows: Prepared::InMemory {
+                    ids,
+                    enc: Self::owned(enc),
+                },
                 bits,
             });
         };
@@ -559,7 +608,7 @@ impl Index {
                 self.f32 = Rows {
                     base: None,
                     base_rows: 0,
-                    tail: enc.f32,
+                    tail: enc.f32.into_owned(),
                     stride: self.stride_f32,
                 };
                 self.i8 = Rows {

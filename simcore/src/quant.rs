@@ -21,18 +21,49 @@ pub fn max_scale(x: &[f32]) -> (Vec<i8>, f32) {
     (codes, m / 127.0)
 }
 
-/// max-scale into a preallocated slice; returns the scale.
-pub fn max_scale_into(x: &[f32], out: &mut [i8]) -> f32 {
-    let m = x.iter().fold(0.0f32, |acc, v| acc.max(v.abs()));
+/// `r.round()` (half away from zero) for |r| ≤ 127, without the libm call
+/// `round` compiles to on baseline x86-64, so the loops over a row vectorise:
+/// `r - trunc(r)` is exact at these magnitudes.
+#[inline(always)]
+fn round_small(r: f32) -> i32 {
+    let t = r as i32;
+    let frac = r - t as f32;
+    t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)
+}
+
+/// max |x_i|, in 16 independent lanes so that it vectorises (one running
+/// maximum is a chain of dependent scalar instructions).
+fn max_abs(x: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut lanes = [0.0f32; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (m, v) in lanes.iter_mut().zip(chunk) {
+            *m = m.max(v.abs());
+        }
+    }
+    let rest = chunks
+        .remainder()
+        .iter()
+        .fold(0.0f32, |m, v| m.max(v.abs()));
+    lanes.iter().fold(rest, |m, &v| m.max(v))
+}
+
+/// max-scale into a preallocated slice; returns the scale and the codes' sum.
+pub fn max_scale_into(x: &[f32], out: &mut [i8]) -> (f32, i32) {
+    let m = max_abs(x);
     if m == 0.0 || !m.is_finite() {
         out[..x.len()].fill(0);
-        return 0.0;
+        return (0.0, 0);
     }
     let inv = 127.0 / m;
+    let mut sum = 0i32;
     for (o, v) in out.iter_mut().zip(x) {
-        *o = (v * inv).round().clamp(-127.0, 127.0) as i8;
+        let q = round_small(v * inv).clamp(-127, 127);
+        sum += q;
+        *o = q as i8;
     }
-    m / 127.0
+    (m / 127.0, sum)
 }
 
 /// min-max uint8 codes in [0, 255].
@@ -111,10 +142,40 @@ mod tests {
             .collect();
         let (codes, scale) = max_scale(&x);
         let mut buf = vec![0i8; x.len()];
-        assert_eq!(max_scale_into(&x, &mut buf), scale);
+        let sum: i32 = codes.iter().map(|&c| i32::from(c)).sum();
+        assert_eq!(max_scale_into(&x, &mut buf), (scale, sum));
         assert_eq!(buf, codes);
         for (v, c) in x.iter().zip(&codes) {
             assert!((v - f32::from(*c) * scale).abs() <= scale * 0.5 + 1e-6);
+        }
+    }
+
+    #[test]
+    fn small_rounding_matches_round_half_away_from_zero() {
+        let mut r = -127.0f32;
+        while r <= 127.0 {
+            for x in [
+                r,
+                f32::from_bits(r.to_bits() + 1),
+                f32::from_bits(r.to_bits() - 1),
+            ] {
+                if x.abs() <= 127.0 {
+                    assert_eq!(round_small(x), x.round() as i32, "{x}");
+                }
+            }
+            r += 0.25;
+        }
+        for x in [
+            0.5f32,
+            -0.5,
+            0.49999997,
+            -0.49999997,
+            126.5,
+            -126.5,
+            1e-30,
+            -0.0,
+        ] {
+            assert_eq!(round_small(x), x.round() as i32, "{x}");
         }
     }
 }

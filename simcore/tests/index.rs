@@ -504,3 +504,55 @@ fn binary_codes_follow_upserts_deletes_filters_and_compaction() {
     let batch = index.search_batch(&vectors(4, dim, 27), 5, all).unwrap();
     assert_eq!(batch.len(), 4);
 }
+
+#[test]
+fn appends_past_the_in_memory_tail_are_read_from_the_files() {
+    // 64 MiB of f32 rows since the files were mapped: the index maps them
+    // again instead of keeping a copy; searches, gets and reopen agree
+    let tmp = TempDir::new();
+    let dim = 1024;
+    let (small, big) = (1_000, 16_000); // 4 MB, then 66 MB of f32 rows
+    let data = vectors(small + big + 10, dim, 21);
+    let names = ids(0..small + big + 10);
+    let mut index = Index::create(&tmp.0, dim).unwrap();
+    index.upsert(&names[..small], &data[..small * dim]).unwrap();
+    index
+        .upsert(
+            &names[small..small + big],
+            &data[small * dim..(small + big) * dim],
+        )
+        .unwrap();
+    index
+        .upsert(&names[small + big..], &data[(small + big) * dim..])
+        .unwrap();
+    index.upsert(&["id-5"], &data[7 * dim..8 * dim]).unwrap(); // a replacement
+    let reference: Vec<(String, Vec<f32>)> = names
+        .iter()
+        .cloned()
+        .zip(data.chunks(dim).map(<[f32]>::to_vec))
+        .map(|(id, v)| {
+            if id == "id-5" {
+                (id, data[7 * dim..8 * dim].to_vec())
+            } else {
+                (id, v)
+            }
+        })
+        .collect();
+    let check = |index: &Index| {
+        for row in [3, small + 17, small + big - 1, small + big + 9] {
+            let q = &data[row * dim..(row + 1) * dim];
+            let hits = index.search(q, 5, Mode::Exact, None).unwrap();
+            assert_eq!(hit_ids(index, &hits), brute(&reference, q, 5), "row {row}");
+            let int8 = index
+                .search(q, 1, Mode::Int8 { oversample: 4 }, None)
+                .unwrap();
+            assert_eq!(hit_ids(index, &int8)[0], format!("id-{row}"));
+            assert_eq!(index.get(&format!("id-{row}")).unwrap(), q.to_vec());
+        }
+        assert_eq!(index.get("id-5").unwrap(), data[7 * dim..8 * dim].to_vec());
+        assert_eq!(index.len(), small + big + 10);
+    };
+    check(&index);
+    drop(index);
+    check(&Index::open(&tmp.0).unwrap());
+}

@@ -8,8 +8,9 @@ nothing past the limit is ever buffered) and as a Flask `before_request` hook
 (every other server, and the test client). Either way the refusal is rendered
 by the app's own error handlers, so each surface keeps its error shape.
 
-Every route takes JSON up to the server's `--max-body-mb`; a route with
-other rules (a file upload) returns them from `body_rule`.
+Every route takes JSON up to the server's `--max-body-mb`; a surface may
+give a path a smaller limit (`EDGERAG_BODY_LIMITS`) or more types
+(`EDGERAG_BODY_TYPES`: the moorcheh bulk upload's multipart body).
 """
 
 from __future__ import annotations
@@ -43,7 +44,12 @@ def body_rule(app: Flask, method: str, path: str, *, matched: bool = False) -> B
     for prefix, bytes_ in app.config.get("EDGERAG_BODY_LIMITS", []):
         if path.startswith(prefix):
             limit = min(limit, bytes_) if limit else bytes_
-    return BodyRule(limit, JSON_TYPES)
+    types = JSON_TYPES
+    # a route may take other types too: (method, path, types)
+    for route_method, route_path, more in app.config.get("EDGERAG_BODY_TYPES", []):
+        if route_method == method and route_path == path:
+            types = (*types, *more)
+    return BodyRule(limit, types)
 
 
 def _type_ok(mimetype: str, allowed: tuple[str, ...]) -> bool:

@@ -30,6 +30,8 @@ class Operation:
     summary: str
     tag: str
     body: Any = None  # model of the JSON request body
+    # other request media types the route takes: (media type, JSON schema)
+    other_bodies: tuple[tuple[str, dict[str, Any]], ...] = ()
     response: Any = None  # model of the success body (None: no JSON body)
     status: int = 200
     media_type: str = "application/json"  # of the success body
@@ -173,10 +175,9 @@ def _operation(
     if parameters:
         out["parameters"] = parameters
     if op.body is not None:
-        out["requestBody"] = {
-            "required": True,
-            "content": {"application/json": {"schema": schemas.ref(op.body, "validation")}},
-        }
+        bodies = {"application/json": {"schema": schemas.ref(op.body, "validation")}}
+        bodies.update({media: {"schema": schema} for media, schema in op.other_bodies})
+        out["requestBody"] = {"required": True, "content": bodies}
     success: dict[str, Any] = {"description": op.summary}
     if op.response is not None:
         content: dict[str, Any] = {

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from flask_app.store.unit import MIN_NORM, unit_rows
+from flask_app.store.unit import MIN_NORM, first_unusable_row
 
 
 class VectorError(ValueError):
@@ -28,7 +28,7 @@ def check_matrix(
     zero = ~matrix.any(axis=1)
     if zero.any():
         raise VectorError(f"{label(int(np.argmax(zero)))} is all zeros")
-    _, bad = unit_rows(matrix)
+    bad = first_unusable_row(matrix)
     if bad is not None:
         raise VectorError(
             f"{label(bad)} is too close to zero to have a direction (L2 norm below {MIN_NORM:g})"

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from flask import Blueprint, current_app, jsonify, request
+from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 
 from flask_app import rag, simcore
@@ -21,7 +22,7 @@ from flask_app.api.http.extensions import services_of, settings_of
 from flask_app.api.http.json_body import BadRequest, json_object, validate
 from flask_app.api.http.openapi import operation
 from flask_app.api.http.vectors import VectorError, check_matrix
-from flask_app.api.moorcheh import scores
+from flask_app.api.moorcheh import bulk, scores
 from flask_app.api.moorcheh.schemas import (
     Cleared,
     Deleted,
@@ -47,6 +48,13 @@ Vector = npt.NDArray[np.float32]
 
 MIN_DIM, MAX_DIM = 128, 4096
 TOP_K_MAX, TOP_K_REJECT = 100, 10_000
+
+
+@blueprint.record_once
+def _take_multipart_uploads(state: BlueprintSetupState) -> None:
+    state.app.config.setdefault("EDGERAG_BODY_TYPES", []).append(
+        ("POST", "/upload", (bulk.MULTIPART,))
+    )
 
 
 def _services() -> Services:
@@ -183,12 +191,17 @@ def _upload(
 @blueprint.post("/upload")
 @operation(
     summary="Upload items (text mode: embedded here; vector mode: with vectors)",
+    description="JSON, or multipart/form-data for many vectors at once: a .npy file of "
+    "vectors, their ids one per line, optional JSON Lines of text and metadata.",
     tag=TAG,
     body=Upload | LegacyUpload,
+    other_bodies=((bulk.MULTIPART, bulk.MULTIPART_SCHEMA),),
     response=Uploaded,
     error=MoorchehError,
 )
 def upload() -> ResponseReturnValue:
+    if request.mimetype == bulk.MULTIPART:
+        return _bulk_upload()
     body = json_object(request)
     if "vectors" in body and "items" not in body:
         raw = _take_vectors(body, "vectors")
@@ -199,6 +212,25 @@ def upload() -> ResponseReturnValue:
     parsed = validate(Upload, body)
     matrix = _matrix(raw, "items") if raw is not None else None
     return _upload(parsed.items, matrix, parsed.store_mode, parsed.embedding_model, "items")
+
+
+def _bulk_upload() -> ResponseReturnValue:
+    """Vectors as a .npy file with their ids alongside (`bulk`): vector mode."""
+    parsed = bulk.parse(request)
+    try:
+        vectors = check_matrix(parsed.vectors, lambda i: f"vectors[{i}]", MIN_DIM, MAX_DIM)
+    except VectorError as exc:
+        raise BadRequest(str(exc)) from None
+    total = _edge().upsert(
+        parsed.ids,
+        vectors,
+        parsed.texts,
+        parsed.metadata,
+        mode="vector",
+        embedding_model=None,
+        max_items=_max_items(),
+    )
+    return jsonify(status="success", total=total)
 
 
 def parse_vector(values: list[Any], field: str) -> Vector:

@@ -52,17 +52,27 @@ KIOSK_NEEDS_THRESHOLD = ConfigDict(
 )
 
 
+ID_MAX_LENGTH = 512
+
+
 class UploadItem(_Body):
     """An item without its vector: vectors are taken out of the body before
     validation and converted in one strict pass (`simcore.matrix_from_lists`)."""
 
-    id: StrictStr = Field(min_length=1, max_length=512)
+    id: StrictStr = Field(min_length=1, max_length=ID_MAX_LENGTH)
     text: StrictStr | None = None
     original_text: StrictStr | None = None
     metadata: dict[str, MetadataValue] | None = None
 
     def content(self) -> str:
         return self.text if self.text is not None else (self.original_text or "")
+
+
+class BulkItem(_Body):
+    """One row's text and metadata in a multipart upload's `items` part."""
+
+    text: StrictStr | None = None
+    metadata: dict[str, MetadataValue] | None = None
 
 
 class Upload(_Body):
