@@ -32,6 +32,14 @@ def npy(array: np.ndarray) -> bytes:
     return out.getvalue()
 
 
+def huge_header() -> bytes:
+    """A .npy whose header claims 10^12 rows: refused before anything is allocated."""
+    out = io.BytesIO()
+    header = {"descr": "<f4", "fortran_order": False, "shape": (10**12, DIM)}
+    np.lib.format.write_array_header_1_0(out, header)
+    return out.getvalue() + b"\0" * 64
+
+
 @pytest.fixture
 def base(tmp_path: Path) -> Iterator[str]:
     with serve_in_thread(make_app(tmp_path, max_items=1000)) as url:
@@ -81,6 +89,8 @@ def test_a_npy_upload_is_stored_and_searchable(base: str) -> None:
         ({"ids": "a"}, "needs a 'vectors' part"),
         ({"vectors": npy(rows(1))}, "needs a 'ids' part"),
         ({"vectors": b"not numpy", "ids": "a"}, "vectors: not a readable .npy file"),
+        ({"vectors": npy(rows(1))[:-8], "ids": "a"}, "bytes; 504 sent"),
+        ({"vectors": huge_header(), "ids": "a"}, "the header declares (1000000000000, 128)"),
         ({"vectors": npy(rows(2)[0]), "ids": "a"}, "expected a 2-D array"),
         ({"vectors": npy(np.ones((1, DIM), np.int32)), "ids": "a"}, "expected float16"),
         ({"vectors": npy(rows(2)), "ids": "a"}, "ids: 1 ids for 2 vectors"),

@@ -31,6 +31,7 @@ before.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -286,8 +287,9 @@ class Collection:
             self._settings["index"] = kind
 
     def _open_or_create_index(self, dim: int) -> simcore.Index:
-        """The collection's index; created when a crash came before its first
-        commit (every stored item is then in a redo record, replayed next)."""
+        """The collection's index, created for the first batch. Without its
+        files, rows are only recoverable when a redo record of an older
+        version holds their vectors; otherwise the collection is unavailable."""
         if (self._index_path / "CURRENT").exists():
             return simcore.Index.open(self._index_path)
         orphans = (
@@ -502,7 +504,11 @@ class Collection:
                     )
                     db.execute("DELETE FROM pending")
             except BaseException:
-                self._needs_recovery = True  # the intent is undone before the next write
+                # undo now, so that searches never see a batch without its rows;
+                # if that fails too, the next write (or the next start) does
+                self._needs_recovery = True
+                with contextlib.suppress(Exception):
+                    self._recover()
                 raise
             if first:
                 self._settings.update(

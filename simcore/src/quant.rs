@@ -154,11 +154,7 @@ mod tests {
     fn small_rounding_matches_round_half_away_from_zero() {
         let mut r = -127.0f32;
         while r <= 127.0 {
-            for x in [
-                r,
-                f32::from_bits(r.to_bits() + 1),
-                f32::from_bits(r.to_bits() - 1),
-            ] {
+            for x in [r, r.next_up(), r.next_down()] {
                 if x.abs() <= 127.0 {
                     assert_eq!(round_small(x), x.round() as i32, "{x}");
                 }

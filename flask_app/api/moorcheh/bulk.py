@@ -78,9 +78,27 @@ def _read(part: IO[bytes] | bytes) -> bytes:
     return part if isinstance(part, bytes) else part.read()
 
 
+def _check_declared_size(stream: IO[bytes]) -> None:
+    """The header's shape must fit in the bytes sent: numpy allocates what the
+    header declares before it reads the data."""
+    size = stream.seek(0, io.SEEK_END)
+    stream.seek(0)
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+    else:
+        shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+    declared = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+    held = size - stream.tell()
+    if declared > held:
+        raise ValueError(f"the header declares {shape} {dtype}, {declared:,} bytes; {held:,} sent")
+    stream.seek(0)
+
+
 def _vectors(part: IO[bytes] | bytes) -> npt.NDArray[np.float32]:
     stream = io.BytesIO(part) if isinstance(part, bytes) else part
     try:
+        _check_declared_size(stream)
         array = np.load(stream, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise BadRequest(f"vectors: not a readable .npy file ({exc})") from None
