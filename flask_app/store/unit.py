@@ -16,6 +16,7 @@ MIN_NORM = 1e-12
 # Norms float32 squares measure exactly enough: outside, a component's square
 # overflows or becomes subnormal, and the row is measured again in float64.
 _F32_SAFE = (1e-15, 1e15)
+_NO_ROWS: npt.NDArray[np.float64] = np.empty(0)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ def _measure(vectors: Vectors) -> _Norms:
         norms = np.linalg.norm(rows, axis=1)
     lo, hi = _F32_SAFE
     odd = np.flatnonzero(~((norms > lo) & (norms < hi)))  # NaN is odd too
+    if not odd.size:  # the usual case: nothing to measure again (one query: ~10 µs)
+        return _Norms(rows, norms, odd, _NO_ROWS, _NO_ROWS, None)
     wide = rows[odd].astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         wide_norms = np.linalg.norm(wide, axis=1)
