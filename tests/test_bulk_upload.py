@@ -176,3 +176,15 @@ def test_edgerag_upload_from_npy_files(
     (tmp_path / "short.txt").write_text("a\nb\n")
     assert main([*argv, "--ids-file", str(tmp_path / "short.txt")]) == 1
     assert "2 ids for vectors of shape (30, 128)" in capsys.readouterr().err
+
+
+def test_edgerag_upload_splits_ids_as_the_server_does(
+    base: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only newlines separate ids (a \\x1c or \\u2028 inside an id stays in it)."""
+    v = rows(2, seed=6)
+    np.save(tmp_path / "v.npy", v)
+    (tmp_path / "ids.txt").write_text("a\x1cb\r\nc\u2028d\n", encoding="utf-8")
+    argv = ["upload", "--vectors-file", str(tmp_path / "v.npy"), "--base-url", base]
+    assert main([*argv, "--ids-file", str(tmp_path / "ids.txt")]) == 0, capsys.readouterr().err
+    assert [search(base, v[i])[0]["id"] for i in range(2)] == ["a\x1cb", "c\u2028d"]

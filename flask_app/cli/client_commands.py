@@ -132,6 +132,15 @@ def _records(path: Path, key: str) -> list[dict[str, Any]]:
     return records
 
 
+def _lines(text: str) -> list[str]:
+    """Lines as the server splits an upload's parts: at newlines (a final one
+    and a `\r` before each are dropped), not at other Unicode line breaks."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
 def _array_upload(args: argparse.Namespace) -> tuple[list[str], Any, list[dict[str, Any]] | None]:
     """The .npy vectors (memory-mapped: sent a batch at a time), their ids and items."""
     import numpy as np
@@ -140,8 +149,8 @@ def _array_upload(args: argparse.Namespace) -> tuple[list[str], Any, list[dict[s
         raise UsageError("a .npy --vectors-file needs --ids-file (one id per line)")
     try:
         array = np.load(args.vectors_file, mmap_mode="r", allow_pickle=False)
-        ids = args.ids_file.read_text(encoding="utf-8").splitlines()
-        lines = args.items_file.read_text(encoding="utf-8").splitlines() if args.items_file else []
+        ids = _lines(args.ids_file.read_text(encoding="utf-8"))
+        lines = _lines(args.items_file.read_text(encoding="utf-8")) if args.items_file else []
     except OSError as exc:
         raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
     except (ValueError, UnicodeDecodeError) as exc:

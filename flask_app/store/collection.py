@@ -141,7 +141,9 @@ def _meta_rows(
 ) -> list[tuple[Any, ...]]:
     rows = []
     for item_id, meta in zip(ids, metadata, strict=True):
-        for key, value in (meta or {}).items():
+        if not meta:
+            continue
+        for key, value in meta.items():
             kind, stored = _meta_key(value)
             rows.append((key, kind, stored, item_id))
     return rows
