@@ -153,6 +153,9 @@ class Client:
             raise ValueError(f"{rows} ids for vectors of shape {vectors.shape}")
         if items is not None and len(items) != rows:
             raise ValueError(f"{len(items)} items for {rows} ids")
+        broken = next((i for i in ids if "\n" in i or i.endswith("\r")), None)
+        if broken is not None:
+            raise ValueError(f"id {broken!r}: ids are sent one per line")
         step = batch_rows or max(1, ARRAY_BATCH_BYTES // (4 * int(vectors.shape[1])))
         result: Json = {}
         for start in range(0, rows, step):

@@ -152,6 +152,8 @@ def test_the_client_sends_an_array_in_batches(base: str) -> None:
         assert client.search([float(x) for x in v[24]], top_k=1)[0]["text"] == "t24"
         with pytest.raises(ValueError, match="3 ids"):
             client.upload_array(["a", "b", "c"], v)
+        with pytest.raises(ValueError, match="one per line"):
+            client.upload_array(["a\nb"], v[:1])
         with pytest.raises(EdgeragError) as failed:
             client.upload_array(["z"], rows(1)[:, :8])
         assert failed.value.status_code == 400
