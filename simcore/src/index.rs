@@ -455,7 +455,7 @@ impl Index {
                 deleted: &replaced,
             };
             files.append(&batch).map_err(|e| io_error(root, e))?;
-            // the rows are in the files now: past a few MB, map them instead of
+            // the rows are in the files now: past REMAP_TAIL_BYTES, map them instead of
             // keeping a second copy (grown by copies) in memory
             if (self.f32.tail.len() + enc.f32.len()) * 4 >= REMAP_TAIL_BYTES {
                 remapped = Some(files.map_rows().map_err(|e| io_error(root, e))?);
