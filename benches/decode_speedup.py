@@ -83,20 +83,11 @@ def prompts(llm_name: str, set_name: str, count: int) -> tuple[list[str], Path]:
 def small_model_draft(path: Path, tokens: int) -> Any:
     """A draft model for llama-cpp-python: the 0.5B continues the sequence
     greedily for `tokens` tokens (its KV cache keeps the common prefix)."""
-    import llama_cpp
     from llama_cpp.llama_speculative import LlamaDraftModel
 
     class SmallModelDraft(LlamaDraftModel):
         def __init__(self) -> None:
-            self.llama = llama_cpp.Llama(
-                model_path=str(path),
-                n_ctx=N_CTX,
-                n_batch=512,
-                n_ubatch=256,
-                n_threads=available_cores(),
-                use_mmap=False,
-                verbose=False,
-            )
+            self.llama = model(path)
 
         def __call__(
             self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any
