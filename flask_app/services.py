@@ -12,6 +12,7 @@ from flask_app.inference.llm import LLM, LlamaBackend
 from flask_app.rag.jobs import Jobs
 from flask_app.settings import Settings
 from flask_app.store import CollectionUnavailable, Store
+from flask_app.store.protocols import CollectionStore
 
 _log = logging.getLogger("edgerag")
 
@@ -22,7 +23,7 @@ class ModelMissing(RuntimeError):
 
 @dataclass
 class Services:
-    store: Store
+    store: CollectionStore
     llm: LLM | None
     embedder: Embedder | None
     jobs: Jobs | None = None  # async work, created with the app when not given
@@ -42,9 +43,24 @@ def _require(path_desc: str, path: object) -> None:
 
 def load_services(settings: Settings) -> Services:
     """The store first (a locked data directory fails fast), then the models."""
-    store = Store(
-        settings.data_dir, search_threads=settings.search_threads, edge_index=settings.store_index
-    )
+    store: CollectionStore
+    if settings.ray_address:
+        from flask_app.cluster.store import ClusterStore  # the default server imports no Ray
+
+        store = ClusterStore.connect(
+            settings.ray_address,
+            settings.shards,
+            settings.data_dir,
+            timeout=settings.request_timeout,
+            search_threads=settings.search_threads,
+            edge_index=settings.store_index,
+        )
+    else:
+        store = Store(
+            settings.data_dir,
+            search_threads=settings.search_threads,
+            edge_index=settings.store_index,
+        )
     if settings.store_index:
         # a binary index builds its codes now, not on the first search; a
         # damaged store is refused on its own (/health lists it), the rest serves

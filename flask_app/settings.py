@@ -189,6 +189,17 @@ class Settings:
         ),
     )
 
+    ray_address: str = field(
+        default="",
+        metadata=_help(
+            "join this Ray cluster (host:port, or auto) and split every collection over "
+            "its shard actors (needs the cluster extra: pip install 'edgerag[cluster]')"
+        ),
+    )
+    shards: int = field(
+        default=2, metadata=_help("shards per collection when --ray-address is given")
+    )
+
     def __post_init__(self) -> None:
         checks = [
             (1 <= self.port <= 65535, "port must be 1..65535"),
@@ -217,6 +228,7 @@ class Settings:
                 f"for {self.llm}",
             ),
             (self.max_items >= 0, "max_items must be >= 0"),
+            (1 <= self.shards <= 1024, "shards must be 1..1024"),
             (self.memory_turns >= 1, "memory_turns must be >= 1"),
             (self.memory_ttl_hours > 0, "memory_ttl_hours must be > 0"),
             (self.context_tokens >= 16, "context_tokens must be >= 16"),

@@ -17,6 +17,7 @@ LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='$LLAMA_FLAGS' -DCMAKE_CXX_F
 WHEEL_DIR="$CACHE/wheels/llama-cpp-python-noamx"
 EXTRAS=""
 [[ "${1:-}" == "--dev" ]] && EXTRAS="[dev]"
+[[ "${1:-}" == "--cluster" ]] && EXTRAS="[cluster]"  # adds Ray (edgerag serve --ray-address)
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 

@@ -15,7 +15,32 @@ from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.services import Services
 from flask_app.settings import Settings
-from flask_app.store import Store
+from tests import stores
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store",
+        choices=("local", "cluster"),
+        default="local",
+        help="run the surface tests on one process's store or on a 2-node local Ray cluster",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    stores.use(config.getoption("--store"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stores.stop()
+
+
+@pytest.fixture(autouse=True)
+def _empty_shards() -> Iterator[None]:
+    """With --store cluster, every test starts on empty shards."""
+    yield
+    if stores.kind() == "cluster":
+        stores.wipe()
 
 
 @pytest.fixture
@@ -26,7 +51,7 @@ def settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 def fake_services(settings: Settings) -> Services:
     return Services(
-        store=Store(settings.data_dir),
+        store=stores.open_store(settings.data_dir),
         llm=LLM(ScriptedBackend(), max_waiters=2, timeout=10.0),
         embedder=HashEmbedder(),
     )

@@ -21,7 +21,7 @@ from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.services import Services
 from flask_app.settings import Settings
-from flask_app.store import Store
+from tests import stores
 
 DEPLOY = (
     "# Deploys\n\nDeploys are frozen on Fridays. Hotfixes need SRE approval.\n\n"
@@ -37,7 +37,9 @@ def build(
     settings = Settings.load({"data_dir": tmp_path / "data", **options}, {})
     backend = ScriptedBackend(reply)
     services = Services(
-        Store(settings.data_dir), LLM(backend, max_waiters=4, timeout=30), HashEmbedder()
+        stores.open_store(settings.data_dir),
+        LLM(backend, max_waiters=4, timeout=30),
+        HashEmbedder(),
     )
     return create_app(settings, services), backend
 
@@ -549,7 +551,7 @@ def test_each_format_is_extracted(
 
 def test_ingestion_resumes_after_a_restart(tmp_path: Path) -> None:
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
-    store = Store(settings.data_dir)
+    store = stores.open_store(settings.data_dir)
     app = create_app(settings, Services(store, None, HashEmbedder()))
     with app.app_context():  # accepted, never ingested: the process "died"
         record, _ = collections_of(current_app).catalog.add_file(
@@ -559,7 +561,9 @@ def test_ingestion_resumes_after_a_restart(tmp_path: Path) -> None:
         collections_of(current_app).catalog.put_collection("ops", "runbooks", None, None)
         collections_of(current_app).catalog.close()
     store.close()
-    again = create_app(settings, Services(Store(settings.data_dir), None, HashEmbedder()))
+    again = create_app(
+        settings, Services(stores.open_store(settings.data_dir), None, HashEmbedder())
+    )
     idle(again)
     got = (
         again.test_client()

@@ -90,3 +90,16 @@ def test_the_walker_sees_a_crossing_import() -> None:
         "flask_app/api/openai/probe.py imports flask_app.api.lucidworks",
         "flask_app/api/openai/probe.py imports flask_app.api.lucidworks.models",
     ]
+
+
+def test_the_default_server_imports_no_ray() -> None:
+    """Ray is imported only for --ray-address: start-up time and memory stay as they were."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, flask_app.cli.main, flask_app.services, flask_app.app; "
+        "from flask_app.services import load_services; "
+        "assert not [m for m in sys.modules if m == 'ray' or m.startswith('ray.')]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

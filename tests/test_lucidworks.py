@@ -30,7 +30,7 @@ from flask_app.rag.jobs import READY, RETRIEVED, Jobs, RetryLater
 from flask_app.rag.memory import Conversations, Turn
 from flask_app.services import Services
 from flask_app.settings import Settings
-from flask_app.store import Store
+from tests import stores
 from tests.http_client import serve_in_thread
 
 RAG = "/ai/prediction/rag/llama-3-8b-instruct"
@@ -54,7 +54,7 @@ def build(
     settings = Settings.load({"data_dir": tmp_path / "data", **options}, {})
     backend = ScriptedBackend(reply, n_ctx=n_ctx)
     services = Services(
-        store=Store(settings.data_dir),
+        store=stores.open_store(settings.data_dir),
         llm=LLM(backend, max_waiters=4, timeout=30),
         embedder=embedder or HashEmbedder(),
     )
@@ -556,7 +556,7 @@ def test_client_leaving_a_stream_stops_generation(tmp_path: Path) -> None:
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
     backend = ScriptedBackend(slow, token_delay=0.02)
     llm = LLM(backend, max_waiters=4, timeout=30)
-    app = create_app(settings, Services(Store(settings.data_dir), llm, HashEmbedder()))
+    app = create_app(settings, Services(stores.open_store(settings.data_dir), llm, HashEmbedder()))
     with serve_in_thread(app) as base:
         response = requests.post(
             base + RAG, json=T1, headers={"Accept": "text/event-stream"}, stream=True, timeout=10
@@ -711,7 +711,7 @@ def test_queue_full_is_429_with_retry_after(tmp_path: Path) -> None:
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
     backend = ScriptedBackend("SOURCES:\n- 0\nANSWER: " + "w " * 100, token_delay=0.02)
     llm = LLM(backend, max_waiters=0, timeout=30)
-    app = create_app(settings, Services(Store(settings.data_dir), llm, HashEmbedder()))
+    app = create_app(settings, Services(stores.open_store(settings.data_dir), llm, HashEmbedder()))
     with serve_in_thread(app) as base:
         holder = threading.Thread(target=lambda: requests.post(base + RAG, json=T1, timeout=30))
         holder.start()

@@ -15,7 +15,7 @@ from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.services import Services
 from flask_app.settings import Settings
-from flask_app.store import Store
+from tests import stores
 from tests.http_client import Api, InProcess, OverSocket, serve_in_thread
 
 DIM = 128
@@ -29,7 +29,7 @@ def unit(seed: int, dim: int = DIM) -> list[float]:
 def make_app(tmp_path: Path, **options: object) -> Flask:
     settings = Settings.load({"data_dir": tmp_path / "data", **options}, {})
     services = Services(
-        store=Store(settings.data_dir),
+        store=stores.open_store(settings.data_dir),
         llm=LLM(ScriptedBackend(), max_waiters=2),
         embedder=HashEmbedder(dim=384),
     )

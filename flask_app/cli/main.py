@@ -83,6 +83,23 @@ def build_parser() -> argparse.ArgumentParser:
         "run both models once in a child process. Exit status 1 on any problem.",
     )
     _add_settings(doctor, _DOCTOR_OPTIONS)
+    cluster = sub.add_parser(
+        "cluster",
+        help="run Ray nodes for a sharded server on this machine (needs edgerag[cluster])",
+        description="Start a Ray head and NODES-1 workers here, each offering edgerag's "
+        "shards, in the foreground; or, with --join, one worker joining a head on another "
+        "machine. Ctrl-C stops them. Then: edgerag serve --ray-address ADDRESS --shards N.",
+    )
+    cluster.add_argument("--nodes", type=int, default=2, help="nodes to start here (default 2)")
+    cluster.add_argument("--port", type=int, default=6379, help="the head's port (default 6379)")
+    cluster.add_argument("--join", metavar="ADDRESS", help="join the head at ADDRESS instead")
+    cluster.add_argument(
+        "--node", type=int, default=1, help="with --join: this node's number (default 1)"
+    )
+    cluster.add_argument("--cpus", type=int, help="CPUs each node offers (default: Ray's)")
+    cluster.add_argument(
+        "--object-store-mb", type=int, default=256, help="each node's object store (MB)"
+    )
     cli_client.add_commands(sub)
     return parser
 
@@ -178,6 +195,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command in cli_client.COMMANDS:
         return cli_client.main(args)
+    if args.command == "cluster":
+        from flask_app.cluster import local
+
+        if args.nodes < 1 or args.node < 0:
+            parser.error("--nodes must be >= 1 and --node >= 0")
+        return local.run(
+            nodes=args.nodes,
+            port=args.port,
+            join=args.join,
+            node=args.node,
+            cpus=args.cpus,
+            object_store_mb=args.object_store_mb,
+        )
     log_level = getattr(args, "log_level", "INFO")
     if hasattr(args, "log_level"):
         del args.log_level

@@ -11,9 +11,10 @@ from flask_app.file_collections.names import split_qualified
 from flask_app.inference.embed import Embedder
 from flask_app.ingest.worker import Ingestor
 from flask_app.rag.retrieval import StoredCollection
-from flask_app.store import Hit, Store
+from flask_app.store import Hit
 from flask_app.store.catalog import Catalog, CollectionRecord, FileRecord, chunk_id
 from flask_app.store.file_query import Sql, readable_by
+from flask_app.store.protocols import CollectionStore
 
 
 @dataclass(frozen=True)
@@ -25,14 +26,16 @@ class FoundPassage:
 
 
 class FileCollections:
-    def __init__(self, catalog: Catalog, store: Store, embedder: Embedder | None) -> None:
+    def __init__(self, catalog: Catalog, store: CollectionStore, embedder: Embedder | None) -> None:
         self.catalog = catalog
         self.store = store
         self.embedder = embedder
         self.ingestor = Ingestor(catalog, store, embedder)
 
     @classmethod
-    def open(cls, data_dir: Path, store: Store, embedder: Embedder | None) -> FileCollections:
+    def open(
+        cls, data_dir: Path, store: CollectionStore, embedder: Embedder | None
+    ) -> FileCollections:
         """The catalog in `data_dir`; files accepted before a restart are ingested again."""
         opened = cls(Catalog(data_dir / "catalog.sqlite3"), store, embedder)
         if opened.catalog.pending():

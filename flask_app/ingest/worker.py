@@ -16,8 +16,9 @@ from flask_app.inference.embed import Embedder, EmbedderBusy, EmbeddingError, Ve
 from flask_app.ingest.chunking import chunk
 from flask_app.ingest.extract import ExtractionError, extract
 from flask_app.rag.pipeline import cut_to_tokens
-from flask_app.store import Store, StoreError
+from flask_app.store import StoreError
 from flask_app.store.catalog import Catalog, chunk_id
+from flask_app.store.protocols import CollectionStore
 
 _log = logging.getLogger("edgerag.ingest")
 
@@ -28,7 +29,7 @@ class Ingestor:
     def __init__(
         self,
         catalog: Catalog,
-        store: Store,
+        store: CollectionStore,
         embedder: Embedder | None,
         *,
         on_change: Callable[[], None] | None = None,

@@ -19,7 +19,8 @@ import numpy.typing as npt
 from flask_app.inference.embed import Embedder, EmbeddingError
 from flask_app.inference.llm import LLM, ChatMessage, Sampling
 from flask_app.rag import prompts
-from flask_app.store import Collection, Hit
+from flask_app.store import Hit
+from flask_app.store.protocols import VectorCollection
 
 Vector = npt.NDArray[np.float32]
 
@@ -71,7 +72,7 @@ class Prompt:
 
 
 def query_vector(
-    collection: Collection,
+    collection: VectorCollection,
     question: Question,
     embedder: Embedder | None,
     field: str = "query_vector",
@@ -117,7 +118,7 @@ def query_vector(
     return embedded
 
 
-def retrieve(collection: Collection, vector: Vector, question: Question) -> list[Hit]:
+def retrieve(collection: VectorCollection, vector: Vector, question: Question) -> list[Hit]:
     """Top-k passages by cosine (dense only), best first, minus those under
     `question.min_cosine`."""
     if collection.info().dimension is None:

@@ -24,7 +24,8 @@ from flask_app import simcore
 from flask_app.inference.embed import Embedder
 from flask_app.rag.pipeline import cut_to_tokens
 from flask_app.rag.text import STOPWORDS, term_set, terms, words
-from flask_app.store import Collection, Hit
+from flask_app.store import Hit
+from flask_app.store.protocols import VectorCollection
 
 Vector = npt.NDArray[np.float32]
 
@@ -42,7 +43,7 @@ def lexical_words(question: str) -> list[str]:
 
 
 def hybrid(
-    collection: Collection,
+    collection: VectorCollection,
     vector: Vector,
     question: str,
     k: int,
@@ -99,7 +100,7 @@ def _cosines(embedder: Embedder, vector: Vector, texts: Sequence[str]) -> list[f
 class StoredCollection:
     """A stored collection, searched with the question's vector."""
 
-    collection: Collection
+    collection: VectorCollection
     vector: Vector
     metadata: Mapping[str, Any] | None = None
     only: AbstractSet[str] | None = None  # item ids the caller may see (None: all)

@@ -50,6 +50,7 @@ import numpy.typing as npt
 
 from flask_app import simcore
 from flask_app.index_kinds import DEFAULT_INDEX, INDEX_KINDS
+from flask_app.store import bm25
 from flask_app.store.errors import (
     CapacityError,
     ClearedError,
@@ -147,6 +148,30 @@ def _meta_rows(
             kind, stored = _meta_key(value)
             rows.append((key, kind, stored, item_id))
     return rows
+
+
+def check_settings(
+    settings: Mapping[str, Any], mode: str, dim: int, embedding_model: str | None
+) -> None:
+    """Refuse a batch that conflicts with a collection's fixed settings
+    (`settings` empty: nothing is fixed yet)."""
+    if settings.get("dimension") is None:
+        return
+    if settings["mode"] != mode:
+        raise ConflictError(
+            f"store is in {settings['mode']} mode; cannot upload {mode} items "
+            "(modes cannot be mixed; clear the store to change mode)"
+        )
+    if settings["dimension"] != dim:
+        raise ConflictError(
+            f"vector dimension {dim} does not match the store's dimension "
+            f"{settings['dimension']} (clear the store to change it)"
+        )
+    if embedding_model and settings.get("embedding_model") not in (None, embedding_model):
+        raise ConflictError(
+            f"embedding_model {embedding_model!r} does not match the store's "
+            f"{settings['embedding_model']!r} (clear the store to change it)"
+        )
 
 
 def stored_index_kind(path: Path) -> str:
@@ -452,7 +477,7 @@ class Collection:
             )
         now = time.time()
         with self._writing():
-            self._check_settings(mode, dim, embedding_model)
+            check_settings(self._settings, mode, dim, embedding_model)
             index = self._index
             replaced = [] if index is None else [i for i in ids if i in index]
             new = len(ids) - len(replaced)
@@ -519,26 +544,6 @@ class Collection:
             self._count += new
             return self._count
 
-    def _check_settings(self, mode: str, dim: int, embedding_model: str | None) -> None:
-        s = self._settings
-        if s.get("dimension") is None:
-            return
-        if s["mode"] != mode:
-            raise ConflictError(
-                f"store is in {s['mode']} mode; cannot upload {mode} items "
-                "(modes cannot be mixed; clear the store to change mode)"
-            )
-        if s["dimension"] != dim:
-            raise ConflictError(
-                f"vector dimension {dim} does not match the store's dimension {s['dimension']} "
-                "(clear the store to change it)"
-            )
-        if embedding_model and s.get("embedding_model") not in (None, embedding_model):
-            raise ConflictError(
-                f"embedding_model {embedding_model!r} does not match the store's "
-                f"{s['embedding_model']!r} (clear the store to change it)"
-            )
-
     def delete(self, ids: Sequence[str]) -> tuple[int, list[str]]:
         """Delete ids; returns (deleted count, ids not found)."""
         with self._writing():
@@ -604,6 +609,14 @@ class Collection:
             if i in rows
         ]
 
+    def _allowed(
+        self, metadata: Mapping[str, MetadataValue] | None, only: AbstractSet[str] | None
+    ) -> set[str] | None:
+        allow = set(self.matching_ids(metadata)) if metadata else None
+        if only is not None:
+            allow = set(only) if allow is None else allow & only
+        return allow
+
     def lexical_search(
         self,
         words: Sequence[str],
@@ -613,26 +626,49 @@ class Collection:
         only: AbstractSet[str] | None = None,
     ) -> list[tuple[str, float]]:
         """Up to k (id, BM25 score) pairs for items whose text holds any of
-        `words` (porter-stemmed), best first; higher scores are better."""
+        `words` (porter-stemmed), best first (equal scores: by id); higher
+        scores are better. With `metadata` or `only`, the best k × 10 are
+        filtered."""
         if not words:
             return []
-        match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        match = " OR ".join(bm25.phrase(w) for w in words)
         with self._reading():
-            allow = set(self.matching_ids(metadata)) if metadata else None
-            if only is not None:
-                allow = set(only) if allow is None else allow & only
+            allow = self._allowed(metadata, only)
             fetch = k if allow is None else k * 10
             rows = (
                 self._db()
                 .execute(
                     "SELECT id, -bm25(items_fts) FROM items_fts WHERE items_fts MATCH ? "
-                    "ORDER BY bm25(items_fts) LIMIT ?",
+                    "ORDER BY bm25(items_fts), id LIMIT ?",
                     (match, fetch),
                 )
                 .fetchall()
             )
         hits = [(i, float(score)) for i, score in rows if allow is None or i in allow]
         return hits[:k]
+
+    def lexical_stats(self, words: Sequence[str]) -> bm25.LexicalStats:
+        """This collection's BM25 statistics for `words` (summed over shards)."""
+        with self._reading():
+            return bm25.stats(self._db(), words)
+
+    def lexical_candidates(
+        self,
+        words: Sequence[str],
+        fetch: int,
+        total: bm25.LexicalStats,
+        *,
+        metadata: Mapping[str, MetadataValue] | None = None,
+        only: AbstractSet[str] | None = None,
+    ) -> list[tuple[str, float, bool]]:
+        """The best `fetch` (id, score, allowed) by BM25 with the statistics
+        `total`, best first (equal scores: by id): what `lexical_search` ranks
+        before filtering, for a collection split over shards."""
+        with self._reading():
+            allow = self._allowed(metadata, only)
+            scored = bm25.rescored(self._db(), words, total)
+        best = sorted(scored.items(), key=lambda p: (-p[1], p[0]))[:fetch]
+        return [(i, s, allow is None or i in allow) for i, s in best]
 
     def cosines(self, query: Vectors, ids: Sequence[str]) -> dict[str, float]:
         """Cosine similarity of `query` with the stored vectors of `ids`."""

@@ -34,7 +34,7 @@ class Store:
         self.search_threads = search_threads
         self.edge_index = edge_index  # the edge store's index kind; "" keeps what is stored
         data_dir.mkdir(parents=True, exist_ok=True)
-        fd = _lock_exclusively(data_dir / ".lock")
+        fd = lock_exclusively(data_dir / ".lock")
         # released by close(), or when the store is garbage-collected
         self._release = weakref.finalize(self, os.close, fd)
         self._collections: dict[tuple[str, str], Collection] = {}
@@ -115,7 +115,7 @@ class Store:
             shutil.rmtree(trash, ignore_errors=True)
 
 
-def _lock_exclusively(path: Path) -> int:
+def lock_exclusively(path: Path) -> int:
     """An fd holding an exclusive lock on `path`: two servers on one data
     directory would each see a stale view and overwrite the other's files."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

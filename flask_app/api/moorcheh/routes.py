@@ -40,7 +40,8 @@ from flask_app.api.moorcheh.schemas import (
 from flask_app.inference.embed import EmbeddingError
 from flask_app.rag.score_mapping import cosine_floor
 from flask_app.services import Services
-from flask_app.store import Collection, CollectionInfo, CollectionUnavailable
+from flask_app.store import CollectionInfo, CollectionUnavailable
+from flask_app.store.protocols import VectorCollection
 
 blueprint = Blueprint("moorcheh", __name__)
 TAG = "moorcheh-edge"
@@ -66,7 +67,7 @@ def _max_items() -> int | None:
     return cap or None
 
 
-def _edge() -> Collection:
+def _edge() -> VectorCollection:
     return _services().store.edge()
 
 
@@ -243,7 +244,7 @@ def parse_vector(values: list[Any], field: str) -> Vector:
     return vector
 
 
-def _query_vector(query: list[Any] | str, collection: Collection) -> Vector:
+def _query_vector(query: list[Any] | str, collection: VectorCollection) -> Vector:
     if isinstance(query, str):
         question = rag.Question(query=query)
     else:

@@ -1,0 +1,231 @@
+"""A collection split over shard actors: writes routed by a stable hash of
+the item id, reads scattered to every shard and merged exactly.
+
+Merging: every shard returns its own best k, so the best k of their union
+are the collection's best k — the same ids and scores as one node. Items with
+exactly equal scores on different shards are ordered by id (one node orders
+them by insertion). BM25 scores are computed with the whole collection's
+statistics (`flask_app.store.bm25`), so hybrid rankings equal one node's.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import operator
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+import numpy as np
+
+from flask_app.cluster.shards import Shards
+from flask_app.store import CapacityError, CollectionInfo, Hit, Item, MetadataValue
+from flask_app.store.bm25 import LexicalStats
+from flask_app.store.collection import Vectors, check_settings
+
+
+def shard_of(item_id: str, shards: int) -> int:
+    """The shard holding `item_id`: stable across processes and restarts
+    (Python's hash() is salted per process)."""
+    digest = hashlib.blake2b(item_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
+class ShardedCollection:
+    """One collection over the cluster's shards; the same methods as `Collection`."""
+
+    def __init__(self, shards: Shards, namespace: str, name: str) -> None:
+        self.shards = shards
+        self.namespace = namespace
+        self.name = name
+
+    def _all(self, method: str, *args: Any) -> list[Any]:
+        return self.shards.gather(
+            {
+                n: getattr(actor, method).remote(self.namespace, self.name, *args)
+                for n, actor in enumerate(self.shards.actors)
+            },
+            f"{self.namespace}/{self.name}",
+        )
+
+    def _split(self, ids: Sequence[str]) -> dict[int, list[int]]:
+        """Positions of `ids` by the shard holding each."""
+        parts: dict[int, list[int]] = {}
+        count = len(self.shards.actors)
+        for pos, item_id in enumerate(ids):
+            parts.setdefault(shard_of(item_id, count), []).append(pos)
+        return parts
+
+    def _by_shard(self, ids: Sequence[str], method: str, *args: Any) -> list[Any]:
+        """`method(ns, name, <the shard's ids>, *args)` on each shard holding some of `ids`."""
+        refs = {}
+        for n, positions in self._split(ids).items():
+            mine = [ids[p] for p in positions]
+            refs[n] = getattr(self.shards.actors[n], method).remote(
+                self.namespace, self.name, mine, *args
+            )
+        return self.shards.gather(refs, f"{self.namespace}/{self.name}")
+
+    @property
+    def index_kind(self) -> str:
+        kinds: list[str] = self._all("index_kind")
+        return kinds[0]
+
+    def set_index(self, kind: str) -> None:
+        self._all("set_index", kind)
+
+    def info(self) -> CollectionInfo:
+        infos: list[CollectionInfo] = self._all("info")
+        fixed = next((i for i in infos if i.dimension is not None), infos[0])
+        return CollectionInfo(
+            fixed.dimension,
+            fixed.mode,
+            fixed.embedding_model,
+            sum(i.items for i in infos),
+            infos[0].index,
+        )
+
+    def __len__(self) -> int:
+        return self.info().items
+
+    def upsert(
+        self,
+        ids: Sequence[str],
+        vectors: Vectors,
+        texts: Sequence[str],
+        metadata: Sequence[dict[str, Any] | None],
+        *,
+        mode: str,
+        embedding_model: str | None,
+        max_items: int | None = None,
+    ) -> int:
+        """Insert or replace a batch; acknowledged once every shard holding a
+        part of it has committed that part. A batch that fails may be applied
+        on some shards: retrying it (an upsert replaces) makes it whole."""
+        if len(ids) == 0:
+            return len(self)
+        info = self.info()
+        settings = {"dimension": info.dimension, "mode": info.mode}
+        settings["embedding_model"] = info.embedding_model
+        check_settings(settings, mode, int(vectors.shape[1]), embedding_model)
+        if max_items is not None:
+            present = len(self.items(list(dict.fromkeys(ids))))
+            new = len(set(ids)) - present
+            if info.items + new > max_items:
+                raise CapacityError(info.items, max_items, new)
+        refs = {}
+        for n, positions in self._split(ids).items():
+            refs[n] = self.shards.actors[n].upsert.remote(
+                self.namespace,
+                self.name,
+                [ids[p] for p in positions],
+                np.ascontiguousarray(vectors[positions]),
+                [texts[p] for p in positions],
+                [metadata[p] for p in positions],
+                mode,
+                embedding_model,
+            )
+        self.shards.gather(refs, f"{self.namespace}/{self.name}")
+        return len(self)
+
+    def delete(self, ids: Sequence[str]) -> tuple[int, list[str]]:
+        unique = list(dict.fromkeys(ids))
+        results: list[tuple[int, list[str]]] = self._by_shard(unique, "delete")
+        missing = {i for _, gone in results for i in gone}
+        return sum(n for n, _ in results), [i for i in unique if i in missing]
+
+    def matching_ids(self, metadata: Mapping[str, MetadataValue]) -> list[str]:
+        parts: list[list[str]] = self._all("matching_ids", dict(metadata))
+        return sorted(i for part in parts for i in part)
+
+    def _scatter(
+        self, method: str, only: AbstractSet[str] | None, *args: Any, every_shard: bool = False
+    ) -> list[Any]:
+        """`method` on every shard that may hold a result (`every_shard`: on
+        all), each given its share of `only`."""
+        count = len(self.shards.actors)
+        shares: dict[int, set[str] | None] = dict.fromkeys(range(count))
+        if only is not None:
+            shares = {n: set() for n in range(count)}
+            for item_id in only:
+                shares[shard_of(item_id, count)].add(item_id)  # type: ignore[union-attr]
+            if not every_shard:
+                shares = {n: s for n, s in shares.items() if s}
+        refs = {
+            n: getattr(self.shards.actors[n], method).remote(
+                self.namespace, self.name, *args, share
+            )
+            for n, share in shares.items()
+        }
+        return self.shards.gather(refs, f"{self.namespace}/{self.name}")
+
+    def search(
+        self,
+        query: Vectors,
+        k: int,
+        *,
+        metadata: Mapping[str, MetadataValue] | None = None,
+        only: AbstractSet[str] | None = None,
+    ) -> list[Hit]:
+        parts: list[list[Hit]] = self._scatter(
+            "search", only, query, k, dict(metadata) if metadata else None
+        )
+        hits = [h for part in parts for h in part]
+        return sorted(hits, key=lambda h: (-h.score, h.id))[:k]
+
+    def lexical_search(
+        self,
+        words: Sequence[str],
+        k: int,
+        *,
+        metadata: Mapping[str, MetadataValue] | None = None,
+        only: AbstractSet[str] | None = None,
+    ) -> list[tuple[str, float]]:
+        """BM25 with the whole collection's statistics (two rounds: every
+        shard's statistics summed, then every shard's best rows rescored with
+        them), filtered as `Collection.lexical_search` filters."""
+        if not words:
+            return []
+        words = list(words)
+        parts: list[LexicalStats] = self._all("lexical_stats", words)
+        total = functools.reduce(operator.add, parts)
+        if total.rows == 0:
+            return []
+        fetch = k if not metadata and only is None else k * 10
+        # every shard, even one holding none of `only`: its rows take places
+        # among the best `fetch` as they would in one collection
+        candidates: list[list[tuple[str, float, bool]]] = self._scatter(
+            "lexical_candidates",
+            only,
+            words,
+            fetch,
+            total,
+            dict(metadata) if metadata else None,
+            every_shard=True,
+        )
+        best = sorted((c for part in candidates for c in part), key=lambda c: (-c[1], c[0]))
+        return [(i, s) for i, s, allowed in best[:fetch] if allowed][:k]
+
+    def cosines(self, query: Vectors, ids: Sequence[str]) -> dict[str, float]:
+        parts: list[dict[str, float]] = self._by_shard(ids, "cosines_of", query)
+        return {i: s for part in parts for i, s in part.items()}
+
+    def items(self, ids: Sequence[str]) -> dict[str, Item]:
+        parts: list[dict[str, Item]] = self._by_shard(ids, "items")
+        return {i: item for part in parts for i, item in part.items()}
+
+    def export(
+        self, *, limit: int | None, after: str | None, with_vectors: bool
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Items in id order after `after`: each shard's first `limit` after
+        it hold the collection's first `limit`."""
+        parts: list[tuple[list[dict[str, Any]], str | None]] = self._all(
+            "export", limit, after, with_vectors
+        )
+        merged = sorted((item for items, _ in parts for item in items), key=lambda i: i["id"])
+        if limit is None:
+            return merged, None
+        more = len(merged) > limit or any(cursor is not None for _, cursor in parts)
+        page = merged[:limit]
+        return page, (page[-1]["id"] if more and page else None)

@@ -1,0 +1,181 @@
+"""The store of a server joined to a Ray cluster: the same collections as
+`Store`, each one split over the cluster's shard actors.
+
+Shard actors are named (`shard-0` … in the Ray namespace `edgerag`) and
+detached: every front serving the cluster reaches the same ones, and they
+outlive a front's restart. Shard i runs on the node advertising the Ray
+resource `edgerag_node_<i mod nodes>` (`edgerag cluster` starts nodes with
+them), so a restarted shard comes back where its directory is; Ray restarts
+a killed shard and retries the calls it had not answered.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import weakref
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.exceptions
+
+from flask_app.cluster.shard import Shard
+from flask_app.cluster.sharded import ShardedCollection
+from flask_app.cluster.shards import Shards
+from flask_app.store import Store, StoreError
+from flask_app.store.store import lock_exclusively
+
+_log = logging.getLogger("edgerag.cluster")
+
+RAY_NAMESPACE = "edgerag"
+NODE_RESOURCE = re.compile(r"^edgerag_node_(\d+)$")
+# concurrent calls one shard runs (searches run in parallel inside simcore)
+SHARD_CONCURRENCY = 8
+
+
+class ClusterUnusable(StoreError):
+    """The cluster cannot hold the shards as asked."""
+
+    status = 503
+
+
+def node_numbers() -> list[int]:
+    """The numbers of the cluster's edgerag nodes (alive or not: a shard
+    waits for its own node rather than moving away from its data)."""
+    seen = set()
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        for resource in node.get("Resources", {}):
+            if m := NODE_RESOURCE.match(resource):
+                seen.add(int(m.group(1)))
+    return sorted(seen)
+
+
+def shard_actors(count: int, directory: Path, *, search_threads: int | None = None) -> list[Any]:
+    """The cluster's `count` shard actors, started unless already running."""
+    nodes = node_numbers()
+    if not nodes:
+        raise ClusterUnusable(
+            "no node of this Ray cluster offers edgerag shards: start nodes with "
+            "`edgerag cluster`, or give each `ray start` --resources "
+            "'{\"edgerag_node_N\": 1}' (N = 0, 1, …)"
+        )
+    running = {n for n in ray.util.list_named_actors() if n.startswith("shard-")}
+    if running and running != {f"shard-{i}" for i in range(count)}:
+        # items are routed by hash modulo the count: another count misroutes them
+        raise ClusterUnusable(
+            f"the cluster runs {len(running)} shards ({', '.join(sorted(running))}); "
+            f"serve it with --shards {len(running)}"
+        )
+    remote = ray.remote(Shard)
+    actors = []
+    for i in range(count):
+        options: dict[str, Any] = {
+            "name": f"shard-{i}",
+            "namespace": RAY_NAMESPACE,
+            "lifetime": "detached",
+            "get_if_exists": True,
+            "max_restarts": -1,
+            "max_task_retries": -1,
+            "max_concurrency": SHARD_CONCURRENCY,
+            "num_cpus": 0,
+            "resources": {f"edgerag_node_{nodes[i % len(nodes)]}": 0.001},
+        }
+        where = str(directory / f"shard-{i}")
+        actors.append(remote.options(**options).remote(where, i, count, search_threads))
+    return actors
+
+
+class ClusterStore:
+    """Collections split over the cluster's shards; the same methods as `Store`."""
+
+    EDGE_NAMESPACE = Store.EDGE_NAMESPACE
+    EDGE_COLLECTION = Store.EDGE_COLLECTION
+
+    def __init__(self, shards: Shards, data_dir: Path, *, edge_index: str = "") -> None:
+        self.shards = shards
+        self.data_dir = data_dir  # this front's own files (catalog, jobs, memory)
+        self.edge_index = edge_index
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = lock_exclusively(data_dir / ".lock")
+        self._release = weakref.finalize(self, os.close, fd)
+        self._collections: dict[tuple[str, str], ShardedCollection] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def connect(
+        cls,
+        address: str,
+        shards: int,
+        data_dir: Path,
+        *,
+        timeout: float,
+        search_threads: int | None = None,
+        edge_index: str = "",
+    ) -> ClusterStore:
+        """Join the cluster at `address` and reach (or start) its shards;
+        shard i keeps its files in `data_dir/shards/shard-i` on its node."""
+        if not ray.is_initialized():
+            ray.init(
+                address=address,
+                namespace=RAY_NAMESPACE,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+        actors = shard_actors(shards, data_dir.resolve() / "shards", search_threads=search_threads)
+        held = Shards(actors, timeout)
+        layouts = held.where()
+        for n, layout in enumerate(layouts):
+            if "error" in layout:
+                raise ClusterUnusable(f"shard {n} did not start: {layout['error']}")
+            if layout["shards"] != shards:
+                raise ClusterUnusable(
+                    f"the cluster's shards were started as {layout['shards']}; "
+                    f"serve it with --shards {layout['shards']}"
+                )
+        _log.info("joined the Ray cluster at %s: %d shards", address, shards)
+        return cls(held, data_dir, edge_index=edge_index)
+
+    def close(self) -> None:
+        """Release this front's data directory; the shards serve on."""
+        self._release()
+
+    def collection(self, namespace: str, name: str) -> ShardedCollection:
+        with self._lock:
+            key = (namespace, name)
+            if key not in self._collections:
+                self._collections[key] = ShardedCollection(self.shards, namespace, name)
+            return self._collections[key]
+
+    def edge(self) -> ShardedCollection:
+        edge = self.collection(self.EDGE_NAMESPACE, self.EDGE_COLLECTION)
+        if self.edge_index and edge.index_kind != self.edge_index:
+            edge.set_index(self.edge_index)
+        return edge
+
+    def drop(self, namespace: str, name: str) -> None:
+        refs = {n: a.drop.remote(namespace, name) for n, a in enumerate(self.shards.actors)}
+        self.shards.gather(refs, f"{namespace}/{name}")
+
+    def index_kind(self, namespace: str, name: str) -> str:
+        refs = {0: self.shards.actors[0].index_kind.remote(namespace, name)}
+        kinds: list[str] = self.shards.gather(refs, f"{namespace}/{name}")
+        return kinds[0]
+
+    def failures(self) -> dict[str, str]:
+        """Collections a shard could not open ("namespace/name" → reason, the
+        shard named), and shards that do not answer ("shard-N" → reason)."""
+        out: dict[str, str] = {}
+        for n, actor in enumerate(self.shards.actors):
+            try:
+                found = ray.get(actor.failures.remote(), timeout=min(self.shards.timeout, 5.0))
+            except ray.exceptions.RayError as exc:
+                out[f"shard-{n}"] = (
+                    f"does not answer ({type(exc).__name__}): restarting, or its node is down"
+                )
+                continue
+            for key, reason in found.items():
+                out[key] = f"shard {n}: {reason}"
+        return out

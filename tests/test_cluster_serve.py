@@ -1,0 +1,100 @@
+"""`edgerag cluster` and `edgerag serve --ray-address` as a user runs them:
+two nodes on this machine, two servers (fronts) on them, the README's curl
+answered by both with the same passages."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from flask_app.settings import Settings
+from tests.http_client import ServerFailed, free_port, start_server
+
+pytestmark = pytest.mark.real_model
+
+TOUR = [
+    {"id": "wifi", "text": "The office guest Wi-Fi network is called Calder-Guest."},
+    {
+        "id": "hours",
+        "text": "The Calder City Museum is open Tuesday to Sunday from 10:00 to 18:00 and "
+        "closed on Mondays.",
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log = tmp_path_factory.mktemp("cluster") / "cluster.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "flask_app.cli",
+                "cluster",
+                "--nodes",
+                "2",
+                "--port",
+                str(port),
+                "--cpus",
+                "1",
+                "--object-store-mb",
+                "80",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "Ray cluster with 2" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(90)
+    assert proc.returncode == 0, log.read_text()
+
+
+def serve(cluster: str, where: Path, models: Path) -> Iterator[str]:
+    where.mkdir(parents=True, exist_ok=True)
+    args = ["--ray-address", cluster, "--shards", "2", "--data-dir", str(where / "data")]
+    try:
+        running = start_server([*args, "--model-dir", str(models)], where / "log", timeout=180)
+    except ServerFailed as exc:
+        pytest.fail(str(exc))
+    yield running.base
+    running.stop()
+
+
+def test_two_fronts_on_a_two_node_cluster_answer_the_readme_tour(
+    cluster: str, tmp_path: Path, real_settings: Settings
+) -> None:
+    first = serve(cluster, tmp_path / "a", real_settings.model_dir)
+    base = next(first)
+    r = requests.post(base + "/upload", json={"store_mode": "text", "items": TOUR}, timeout=60)
+    assert r.status_code == 200, r.text
+    r = requests.post(
+        base + "/answer", json={"query": "What is the guest Wi-Fi network called?"}, timeout=120
+    )
+    assert r.status_code == 200 and "Calder-Guest" in r.json()["answer"], r.text
+    health = requests.get(base + "/health", timeout=10).json()
+    assert health["status"] == "ok" and health["items"] == 2, health
+    question = {"query": "When is the museum closed?", "top_k": 2}
+    searched = requests.post(base + "/search", json=question, timeout=30).json()["results"]
+    second = serve(cluster, tmp_path / "b", real_settings.model_dir)
+    other = next(second)
+    assert [r["id"] for r in searched] == ["hours", "wifi"]
+    assert requests.post(other + "/search", json=question, timeout=30).json()["results"] == searched
+    assert requests.delete(other + "/store", timeout=30).status_code == 200
+    assert requests.get(base + "/health", timeout=10).json()["items"] == 0
+    for front in (first, second):
+        next(front, None)
