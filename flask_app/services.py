@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from flask_app.file_collections import FileCollections
 from flask_app.inference.embed import Embedder, LlamaEmbedder
-from flask_app.inference.llm import LLM, LlamaBackend
+from flask_app.inference.llm import LLM, Backend, LlamaBackend
 from flask_app.rag.jobs import Jobs
 from flask_app.settings import Settings
 from flask_app.store import CollectionUnavailable, Store
@@ -71,15 +71,33 @@ def load_services(settings: Settings) -> Services:
         path = settings.llm_path()
         _require("LLM model file", path)
         _log.info("loading LLM %s", path)
-        backend = LlamaBackend(
-            path, n_ctx=settings.n_ctx, n_threads=settings.llm_threads, model_id=settings.model_id
-        )
+        backend: Backend
+        replicas = 1
+        if settings.ray_address:
+            from flask_app.cluster.replica import ReplicaBackend
+
+            backend = ReplicaBackend.start(
+                path,
+                n_ctx=settings.n_ctx,
+                n_threads=settings.llm_threads,
+                model_id=settings.model_id,
+                count=settings.replicas,
+            )
+            replicas = len(backend.replicas)
+        else:
+            backend = LlamaBackend(
+                path,
+                n_ctx=settings.n_ctx,
+                n_threads=settings.llm_threads,
+                model_id=settings.model_id,
+            )
         chosen = settings.llm_preset()
         llm = LLM(
             backend,
             max_waiters=settings.queue_size,
             timeout=settings.request_timeout,
             preset=chosen.name if chosen is not None else None,
+            replicas=replicas,
         )
     embedder = None
     if not settings.no_embedder:

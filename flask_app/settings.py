@@ -199,6 +199,13 @@ class Settings:
     shards: int = field(
         default=2, metadata=_help("shards per collection when --ray-address is given")
     )
+    replicas: int = field(
+        default=0,
+        metadata=_help(
+            "chat model replicas on the cluster when --ray-address is given (0: one per "
+            "edgerag node); each loads the model from the same --model-dir path on its node"
+        ),
+    )
 
     def __post_init__(self) -> None:
         checks = [
@@ -229,6 +236,7 @@ class Settings:
             ),
             (self.max_items >= 0, "max_items must be >= 0"),
             (1 <= self.shards <= 1024, "shards must be 1..1024"),
+            (0 <= self.replicas <= 1024, "replicas must be 0..1024"),
             (self.memory_turns >= 1, "memory_turns must be >= 1"),
             (self.memory_ttl_hours > 0, "memory_ttl_hours must be > 0"),
             (self.context_tokens >= 16, "context_tokens must be >= 16"),

@@ -4,9 +4,11 @@ answered by both with the same passages."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,3 +100,50 @@ def test_two_fronts_on_a_two_node_cluster_answer_the_readme_tour(
     assert requests.get(base + "/health", timeout=10).json()["items"] == 0
     for front in (first, second):
         next(front, None)
+
+
+def replica_pids() -> list[int]:
+    found = subprocess.run(["pgrep", "-f", "ray::Replica"], capture_output=True, text=True)
+    return [int(p) for p in found.stdout.split()]
+
+
+def test_answers_come_from_two_replicas_and_survive_one_killed(
+    cluster: str, tmp_path: Path, real_settings: Settings
+) -> None:
+    front = serve(cluster, tmp_path, real_settings.model_dir)
+    base = next(front)
+    llm = requests.get(base + "/health", timeout=10).json()["llm"]
+    assert llm["replicas"] == 2 and llm["generating"] == 0, llm
+    r = requests.post(base + "/upload", json={"store_mode": "text", "items": TOUR}, timeout=60)
+    assert r.status_code == 200, r.text
+    question = {"query": "What is the guest Wi-Fi network called?"}
+    answers: list[str] = []
+
+    def ask() -> None:
+        r = requests.post(base + "/answer", json=question, timeout=120)
+        answers.append(r.json()["answer"] if r.status_code == 200 else f"{r.status_code}")
+
+    pool = [threading.Thread(target=ask) for _ in range(2)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join(150)
+    assert len(answers) == 2 and all("Calder-Guest" in a for a in answers), answers
+    pids = replica_pids()
+    assert len(pids) == 2, pids
+    os.kill(pids[0], signal.SIGKILL)
+    statuses = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # bounded: 90 s
+        r = requests.post(base + "/answer", json=question, timeout=120)
+        statuses.append(r.status_code)
+        assert r.status_code in (200, 503), r.text  # 503 only while a replica restarts
+        if r.status_code == 503:
+            assert int(r.headers["Retry-After"]) >= 1
+        if statuses[-3:] == [200, 200, 200] and len(replica_pids()) == 2:
+            break
+        time.sleep(0.5)
+    assert statuses[-3:] == [200, 200, 200], statuses
+    assert len(replica_pids()) == 2  # Ray restarted the killed one
+    assert requests.delete(base + "/store", timeout=30).status_code == 200
+    next(front, None)

@@ -110,3 +110,25 @@ def test_backend_failure_becomes_llm_failed_and_frees_the_model() -> None:
     with pytest.raises(LLMFailed, match="LLM request failed"):
         llm.chat(MESSAGES)  # type: ignore[arg-type]
     assert not llm.gate.busy
+
+
+def test_with_two_replicas_two_generate_at_once_and_the_third_waits_its_turn() -> None:
+    llm = LLM(ScriptedBackend("x y"), max_waiters=1, timeout=5, replicas=2)
+    first = llm.stream(MESSAGES)  # type: ignore[arg-type]
+    second = llm.stream(MESSAGES)  # type: ignore[arg-type]
+    assert llm.gate.busy and llm.gate.holders == 2
+    got: list[str] = []
+    waiter = threading.Thread(target=lambda: got.append(llm.chat(MESSAGES)))  # type: ignore[arg-type]
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while llm.gate.waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert llm.gate.waiting == 1
+    with pytest.raises(LLMOverloaded) as full:  # every replica busy and the queue full: 503
+        llm.stream(MESSAGES)  # type: ignore[arg-type]
+    assert full.value.retry_after >= 1
+    first.close()
+    waiter.join(5)
+    assert got == ["x y"]
+    second.close()
+    assert llm.gate.holders == 0 and not llm.gate.busy

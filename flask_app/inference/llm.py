@@ -47,6 +47,15 @@ class LLMOverloaded(LLMError):
         self.retry_after = retry_after
 
 
+class ReplicaLost(LLMOverloaded):
+    """A model replica of the cluster died (Ray restarts it): retry shortly."""
+
+    def __init__(self, detail: str, retry_after: int = 5) -> None:
+        LLMError.__init__(self, f"a model replica failed ({detail}); retry in {retry_after} s")
+        self.waiting = 0
+        self.retry_after = retry_after
+
+
 class LLMTimeout(LLMError):
     """The request's deadline passed while waiting or generating."""
 
@@ -141,7 +150,10 @@ class LlamaBackend:
         n_threads: int | None = None,
         model_id: str | None = None,
         seed: int = 0,
+        vocab_only: bool = False,
     ) -> None:
+        """`vocab_only`: the tokenizer and chat template without the weights
+        (counting and rendering only; a cluster's replicas generate)."""
         import llama_cpp
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
@@ -163,8 +175,10 @@ class LlamaBackend:
             # memory); from a mapped file the pages it read them from would stay
             # resident too (+187 MB for the 0.5B, benches/memory.py)
             use_mmap=False,
+            vocab_only=vocab_only,
             verbose=False,
         )
+        self._n_ctx = n_ctx if vocab_only else int(self._llama.n_ctx())
         metadata: dict[str, str] = self._llama.metadata
         template = metadata.get("tokenizer.chat_template")
         if not template:
@@ -209,7 +223,7 @@ class LlamaBackend:
 
     @property
     def n_ctx(self) -> int:
-        return int(self._llama.n_ctx())
+        return self._n_ctx
 
     def count_tokens(self, text: str) -> int:
         return len(self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=True))
@@ -274,13 +288,15 @@ class LlamaBackend:
 
 
 class FifoGate:
-    """One holder at a time; at most `max_waiters` queued behind it, served in arrival order."""
+    """`capacity` holders at a time (one per model replica); at most
+    `max_waiters` queued behind them, served in arrival order."""
 
-    def __init__(self, max_waiters: int) -> None:
+    def __init__(self, max_waiters: int, capacity: int = 1) -> None:
         self.max_waiters = max_waiters
+        self.capacity = capacity
         self._cond = threading.Condition()
         self._waiters: collections.deque[object] = collections.deque()
-        self._busy = False
+        self._holders = 0
         self._mean_hold = 5.0  # seconds; moving average of generation time, seeds Retry-After
 
     @property
@@ -290,21 +306,28 @@ class FifoGate:
 
     @property
     def busy(self) -> bool:
+        """Every replica is generating."""
         with self._cond:
-            return self._busy
+            return self._holders >= self.capacity
+
+    @property
+    def holders(self) -> int:
+        with self._cond:
+            return self._holders
 
     def retry_after(self) -> int:
-        return max(1, math.ceil(self._mean_hold * (len(self._waiters) + 1)))
+        return max(1, math.ceil(self._mean_hold * (len(self._waiters) + 1) / self.capacity))
 
     def acquire(self, deadline: float, abandoned: Callable[[], bool] | None = None) -> None:
-        """Wait for the model in arrival order. `abandoned()` is polled while
-        waiting: a client that left gives its place up (LLMCancelled)."""
+        """Wait for a free replica in arrival order. `abandoned()` is polled
+        while waiting: a client that left gives its place up (LLMCancelled)."""
         with self._cond:
-            if self._busy and len(self._waiters) >= self.max_waiters:
+            full = self._holders >= self.capacity
+            if full and len(self._waiters) >= self.max_waiters:
                 raise LLMOverloaded(len(self._waiters), self.retry_after())
             ticket = object()
             self._waiters.append(ticket)
-            while self._busy or self._waiters[0] is not ticket:
+            while self._holders >= self.capacity or self._waiters[0] is not ticket:
                 remaining = deadline - time.monotonic()
                 gone = abandoned is not None and abandoned()
                 if remaining <= 0 or gone:
@@ -315,12 +338,13 @@ class FifoGate:
                     raise LLMTimeout("timed out waiting for the LLM")
                 self._cond.wait(min(remaining, _ABANDON_POLL_S) if abandoned else remaining)
             self._waiters.popleft()
-            self._busy = True
+            self._holders += 1
+            self._cond.notify_all()  # the next in line may take another free replica
 
     def release(self, held_for: float) -> None:
         with self._cond:
             self._mean_hold = 0.8 * self._mean_hold + 0.2 * held_for
-            self._busy = False
+            self._holders -= 1
             self._cond.notify_all()
 
 
@@ -363,7 +387,7 @@ class TokenStream:
             raise LLMTimeout("the LLM request exceeded its deadline")
         try:
             delta = next(self._tokens)
-        except StopIteration:
+        except (StopIteration, LLMError):
             self.close()
             raise
         except Exception as exc:
@@ -429,10 +453,11 @@ class LLM:
         max_waiters: int = 8,
         timeout: float = 120.0,
         preset: str | None = None,
+        replicas: int = 1,
     ) -> None:
         self.backend = backend
         self.preset = preset  # the named model served (None: a --model file)
-        self.gate = FifoGate(max_waiters)
+        self.gate = FifoGate(max_waiters, capacity=replicas)
         self.timeout = timeout
         self.observer: Observer | None = None
 

@@ -90,6 +90,8 @@ def health() -> ResponseReturnValue:
             "busy": services.llm.gate.busy,
             "waiting": services.llm.gate.waiting,
             "max_waiting": services.llm.gate.max_waiters,
+            "replicas": services.llm.gate.capacity,
+            "generating": services.llm.gate.holders,
         }
     embedder: dict[str, Any] | None = None
     if services.embedder is not None:

@@ -148,9 +148,11 @@ class LlmState(BaseModel):
     id: str
     preset: str | None  # the named model (`--llm`); null for a `--model` file
     n_ctx: int
-    busy: bool
+    busy: bool  # every replica is generating
     waiting: int
     max_waiting: int
+    replicas: int  # model replicas behind the queue (1 without a cluster)
+    generating: int  # answers being generated now
 
 
 class EmbedderState(BaseModel):

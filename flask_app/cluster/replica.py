@@ -1,0 +1,192 @@
+"""Model replicas: one chat model per cluster node, each a Ray actor
+generating one answer at a time; the server keeps one queue in front of them
+(`FifoGate` with one place per replica) and streams each answer from the
+replica it was given through a Ray generator task."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.exceptions
+
+from flask_app.cluster.store import ClusterUnusable, node_numbers
+from flask_app.inference.llm import (
+    ChatMessage,
+    FirstTokenProbe,
+    JudgeProbe,
+    LlamaBackend,
+    ReplicaLost,
+    Sampling,
+)
+
+_log = logging.getLogger("edgerag.cluster")
+
+
+class Replica:
+    """A chat model on one node (run as a Ray actor)."""
+
+    def __init__(self, path: str, n_ctx: int, n_threads: int, model_id: str | None) -> None:
+        self.backend = LlamaBackend(Path(path), n_ctx=n_ctx, n_threads=n_threads, model_id=model_id)
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    def generate(
+        self,
+        prompt: str,
+        max_tokens: int,
+        sampling: Sampling,
+        probe_starts: Sequence[str] | None,
+        judge_messages: Sequence[ChatMessage] | None,
+    ) -> Iterator[tuple[str, Any]]:
+        """("judge", P(yes)) and ("probe", probability) when asked, before the
+        first ("text", delta); stops at the next token once cancelled."""
+        probe = FirstTokenProbe(probe_starts) if probe_starts is not None else None
+        judge = JudgeProbe(judge_messages) if judge_messages is not None else None
+        tokens = self.backend.generate(
+            prompt, max_tokens=max_tokens, sampling=sampling, probe=probe, judge=judge
+        )
+        context = ray.get_runtime_context()
+        told = False
+        try:
+            for delta in tokens:
+                if context.is_canceled():
+                    return
+                if not told:
+                    told = True
+                    if judge is not None:
+                        yield ("judge", judge.probability)
+                    if probe is not None:
+                        yield ("probe", probe.probability)
+                yield ("text", delta)
+            if not told and judge is not None:
+                yield ("judge", judge.probability)
+        finally:
+            close = getattr(tokens, "close", None)
+            if close is not None:
+                close()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:80] or "model"
+
+
+class ReplicaBackend:
+    """The `Backend` a server on a cluster uses: counts and renders with the
+    model's tokenizer alone (no weights in the server), generates on the
+    least busy replica."""
+
+    def __init__(self, local: LlamaBackend, replicas: list[Any]) -> None:
+        self.local = local
+        self.replicas = replicas
+        self._lock = threading.Lock()
+        self._in_flight = [0] * len(replicas)
+
+    @classmethod
+    def start(
+        cls, path: Path, *, n_ctx: int, n_threads: int, model_id: str | None, count: int
+    ) -> ReplicaBackend:
+        """Reach (or start) `count` replicas of the model at `path` (0: one per
+        edgerag node); the file must be at that path on every node."""
+        local = LlamaBackend(path, n_ctx=n_ctx, model_id=model_id, vocab_only=True)
+        nodes = node_numbers()
+        if not nodes:
+            raise ClusterUnusable("no node of this Ray cluster offers edgerag replicas")
+        remote = ray.remote(Replica)
+        replicas: list[Any] = []
+        for i in range(count or len(nodes)):
+            options: dict[str, Any] = {
+                "name": f"llm-{_slug(local.model_id)}-{i}",
+                "namespace": "edgerag",
+                "lifetime": "detached",
+                "get_if_exists": True,
+                "max_restarts": -1,
+                "max_task_retries": 0,  # a half-streamed answer is not replayed
+                "num_cpus": 1,
+                "resources": {f"edgerag_node_{nodes[i % len(nodes)]}": 0.001},
+            }
+            replicas.append(remote.options(**options).remote(str(path), n_ctx, n_threads, model_id))
+        ray.get([r.pid.remote() for r in replicas], timeout=300)  # loaded, or fail now
+        _log.info("%d replicas of %s", len(replicas), local.model_id)
+        return cls(local, replicas)
+
+    @property
+    def model_id(self) -> str:
+        return self.local.model_id
+
+    @property
+    def n_ctx(self) -> int:
+        return self.local.n_ctx
+
+    def count_tokens(self, text: str) -> int:
+        return self.local.count_tokens(text)
+
+    def render(self, messages: Sequence[ChatMessage]) -> str:
+        return self.local.render(messages)
+
+    def _take(self, avoid: set[int]) -> int:
+        with self._lock:
+            free = [i for i in range(len(self.replicas)) if i not in avoid]
+            n = min(free, key=lambda i: self._in_flight[i])
+            self._in_flight[n] += 1
+            return n
+
+    def _give_back(self, n: int) -> None:
+        with self._lock:
+            self._in_flight[n] -= 1
+
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        sampling: Sampling,
+        probe: FirstTokenProbe | None,
+        judge: JudgeProbe | None = None,
+    ) -> Iterator[str]:
+        """Deltas from the least busy replica; one that fails before its first
+        delta is left for the next (each tried once). A replica lost after it
+        began answering ends the answer with `ReplicaLost` (503, retry)."""
+        args = (
+            prompt,
+            max_tokens,
+            sampling,
+            list(probe.starts) if probe is not None else None,
+            list(judge.messages) if judge is not None else None,
+        )
+        failed: set[int] = set()
+        while True:
+            n = self._take(failed)
+            started = False
+            stream = None
+            try:
+                stream = self.replicas[n].generate.options(num_returns="streaming").remote(*args)
+                for ref in stream:
+                    kind, value = ray.get(ref)
+                    started = True
+                    if kind == "text":
+                        yield value
+                    elif kind == "probe" and probe is not None:
+                        probe.probability = value
+                    elif kind == "judge" and judge is not None:
+                        judge.probability = value
+                stream = None  # finished: nothing to cancel
+                return
+            except ray.exceptions.RayError as exc:
+                _log.warning("model replica %d failed: %s", n, type(exc).__name__)
+                stream = None
+                failed.add(n)
+                if started or len(failed) == len(self.replicas):
+                    raise ReplicaLost(f"replica {n}: {type(exc).__name__}") from exc
+            finally:
+                if stream is not None:
+                    ray.cancel(stream)  # the client left: the replica stops at its next token
+                self._give_back(n)
