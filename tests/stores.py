@@ -32,11 +32,11 @@ def kind() -> str:
     return _kind
 
 
-def local_cluster(nodes: int = 2) -> Any:
+def local_cluster(nodes: int = 2, object_store_mb: int = 80) -> Any:
     """A Ray cluster of `nodes` nodes on this machine, node i offering `edgerag_node_i`."""
     from ray.cluster_utils import Cluster
 
-    small: dict[str, Any] = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
+    small: dict[str, Any] = {"num_cpus": 1, "object_store_memory": object_store_mb * 1024 * 1024}
     cluster = Cluster(
         initialize_head=True,
         head_node_args={

@@ -4,6 +4,7 @@ answered by both with the same passages."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -102,6 +103,21 @@ def test_two_fronts_on_a_two_node_cluster_answer_the_readme_tour(
         next(front, None)
 
 
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (from /proc), deepest last."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo += children.get(current, [])
+    return out
+
+
 def replica_pids() -> list[int]:
     found = subprocess.run(["pgrep", "-f", "ray::Replica"], capture_output=True, text=True)
     return [int(p) for p in found.stdout.split()]
@@ -147,3 +163,74 @@ def test_answers_come_from_two_replicas_and_survive_one_killed(
     assert len(replica_pids()) == 2  # Ray restarted the killed one
     assert requests.delete(base + "/store", timeout=30).status_code == 200
     next(front, None)
+
+
+def test_a_node_that_does_not_come_back_leaves_its_shards_answering_503(
+    tmp_path: Path,
+) -> None:
+    """Node 1 (a second `edgerag cluster --join` process) is killed with its Ray
+    processes: searches answer 503 naming its shard, never partial results,
+    and /health says which shard is missing."""
+    port = free_port()
+    log = tmp_path / "nodes.log"
+    edgerag = [sys.executable, "-m", "flask_app.cli", "cluster", "--object-store-mb", "80"]
+    with log.open("ab") as out:
+        head = subprocess.Popen(
+            [*edgerag, "--nodes", "1", "--port", str(port), "--cpus", "1"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "Ray cluster with 1" not in log.read_text():
+            assert head.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        with log.open("ab") as out:
+            joined = subprocess.Popen(
+                [*edgerag, "--join", f"127.0.0.1:{port}", "--node", "1", "--cpus", "1"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 120
+        # shard i goes to node i mod (the nodes there when the shards are first made)
+        while log.read_text().count("Ray runtime started") < 2:
+            assert joined.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        args = ["--ray-address", f"127.0.0.1:{port}", "--shards", "2", "--no-llm"]
+        args += ["--no-embedder", "--request-timeout", "10", "--data-dir", str(tmp_path / "d")]
+        deadline = time.monotonic() + 120
+        while True:  # the joined node may take a few seconds to register
+            try:
+                running = start_server(args, tmp_path / "server.log", timeout=120)
+                break
+            except ServerFailed:
+                assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+        base = running.base
+        items = [{"id": f"v{n}", "vector": [1.0 + n] + [0.5] * 127} for n in range(20)]
+        body = {"store_mode": "vector", "items": items}
+        assert requests.post(base + "/upload", json=body, timeout=60).status_code == 200
+        query = {"query": [1.0] * 128, "top_k": 20}
+        assert len(requests.post(base + "/search", json=query, timeout=30).json()["results"]) == 20
+        ray_start = subprocess.run(
+            ["pgrep", "-f", f"ray start --address 127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        assert ray_start, "the joined node's ray start process"
+        doomed = [p for pid in ray_start for p in descendants(int(pid))]
+        for pid in doomed:  # the node's raylet and its workers (in their own groups)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        joined.kill()
+        joined.wait(30)
+        for _ in range(3):
+            r = requests.post(base + "/search", json=query, timeout=60)
+            assert r.status_code == 503, r.text  # never a partial 200
+            assert "shard" in r.text, r.text
+        health = requests.get(base + "/health", timeout=30).json()
+        assert health["status"] == "degraded", health
+        assert any(key.startswith("shard-") for key in health["unavailable"]), health
+        running.stop()
+    finally:
+        head.send_signal(signal.SIGINT)
+        head.wait(90)

@@ -96,7 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument(
         "--node", type=int, default=1, help="with --join: this node's number (default 1)"
     )
-    cluster.add_argument("--cpus", type=int, help="CPUs each node offers (default: Ray's)")
+    cluster.add_argument(
+        "--cpus",
+        type=int,
+        help="CPUs each node offers (default: this machine's cores / --nodes; with --join: all)",
+    )
     cluster.add_argument(
         "--object-store-mb", type=int, default=256, help="each node's object store (MB)"
     )

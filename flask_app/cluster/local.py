@@ -79,6 +79,8 @@ def run(
     worker numbered `node` joining the head at that address; block until
     interrupted, then stop them."""
     ray = _ray()
+    if cpus is None and join is None:
+        cpus = max(1, (os.cpu_count() or 1) // nodes)  # nodes sharing this machine share its cores
     children: list[subprocess.Popen[bytes]] = []
 
     def start(args: list[str]) -> subprocess.Popen[bytes]:

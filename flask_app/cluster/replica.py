@@ -15,7 +15,7 @@ from typing import Any
 import ray
 import ray.exceptions
 
-from flask_app.cluster.store import ClusterUnusable, node_numbers
+from flask_app.cluster.store import ClusterUnusable, node_cpus, node_numbers
 from flask_app.inference.llm import (
     ChatMessage,
     FirstTokenProbe,
@@ -95,14 +95,21 @@ class ReplicaBackend:
         cls, path: Path, *, n_ctx: int, n_threads: int, model_id: str | None, count: int
     ) -> ReplicaBackend:
         """Reach (or start) `count` replicas of the model at `path` (0: one per
-        edgerag node); the file must be at that path on every node."""
+        edgerag node), each with at most `n_threads` threads and its share of
+        its node's Ray CPUs; the file must be at that path on every node."""
         local = LlamaBackend(path, n_ctx=n_ctx, model_id=model_id, vocab_only=True)
         nodes = node_numbers()
         if not nodes:
             raise ClusterUnusable("no node of this Ray cluster offers edgerag replicas")
         remote = ray.remote(Replica)
+        count = count or len(nodes)
+        placed = [nodes[i % len(nodes)] for i in range(count)]
+        cpus = node_cpus()
         replicas: list[Any] = []
-        for i in range(count or len(nodes)):
+        for i, node in enumerate(placed):
+            # the node's CPUs shared by its replicas: more llama.cpp threads than
+            # cores make every thread wait for a descheduled one at each step
+            threads = max(1, min(n_threads, int(cpus.get(node, 1) // placed.count(node))))
             options: dict[str, Any] = {
                 "name": f"llm-{_slug(local.model_id)}-{i}",
                 "namespace": "edgerag",
@@ -110,10 +117,10 @@ class ReplicaBackend:
                 "get_if_exists": True,
                 "max_restarts": -1,
                 "max_task_retries": 0,  # a half-streamed answer is not replayed
-                "num_cpus": 1,
-                "resources": {f"edgerag_node_{nodes[i % len(nodes)]}": 0.001},
+                "num_cpus": threads,
+                "resources": {f"edgerag_node_{node}": 0.001},
             }
-            replicas.append(remote.options(**options).remote(str(path), n_ctx, n_threads, model_id))
+            replicas.append(remote.options(**options).remote(str(path), n_ctx, threads, model_id))
         ray.get([r.pid.remote() for r in replicas], timeout=300)  # loaded, or fail now
         _log.info("%d replicas of %s", len(replicas), local.model_id)
         return cls(local, replicas)

@@ -25,6 +25,10 @@ from flask_app.store.bm25 import LexicalStats
 from flask_app.store.collection import Vectors, check_settings
 
 
+def _invoke(method: str, args: tuple[Any, ...], actor: Any) -> Any:
+    return getattr(actor, method).remote(*args)
+
+
 def shard_of(item_id: str, shards: int) -> int:
     """The shard holding `item_id`: stable across processes and restarts
     (Python's hash() is salted per process)."""
@@ -40,14 +44,16 @@ class ShardedCollection:
         self.namespace = namespace
         self.name = name
 
+    def _run(self, method: str, args: Mapping[int, tuple[Any, ...]]) -> list[Any]:
+        """`method(namespace, name, *args[n])` on each shard n of `args`."""
+        calls = {
+            n: functools.partial(_invoke, method, (self.namespace, self.name, *shard_args))
+            for n, shard_args in args.items()
+        }
+        return self.shards.call(calls, f"{self.namespace}/{self.name}")
+
     def _all(self, method: str, *args: Any) -> list[Any]:
-        return self.shards.gather(
-            {
-                n: getattr(actor, method).remote(self.namespace, self.name, *args)
-                for n, actor in enumerate(self.shards.actors)
-            },
-            f"{self.namespace}/{self.name}",
-        )
+        return self._run(method, dict.fromkeys(range(len(self.shards.actors)), args))
 
     def _split(self, ids: Sequence[str]) -> dict[int, list[int]]:
         """Positions of `ids` by the shard holding each."""
@@ -59,13 +65,8 @@ class ShardedCollection:
 
     def _by_shard(self, ids: Sequence[str], method: str, *args: Any) -> list[Any]:
         """`method(ns, name, <the shard's ids>, *args)` on each shard holding some of `ids`."""
-        refs = {}
-        for n, positions in self._split(ids).items():
-            mine = [ids[p] for p in positions]
-            refs[n] = getattr(self.shards.actors[n], method).remote(
-                self.namespace, self.name, mine, *args
-            )
-        return self.shards.gather(refs, f"{self.namespace}/{self.name}")
+        parts = self._split(ids)
+        return self._run(method, {n: ([ids[p] for p in ps], *args) for n, ps in parts.items()})
 
     @property
     def index_kind(self) -> str:
@@ -114,11 +115,8 @@ class ShardedCollection:
             new = len(set(ids)) - present
             if info.items + new > max_items:
                 raise CapacityError(info.items, max_items, new)
-        refs = {}
-        for n, positions in self._split(ids).items():
-            refs[n] = self.shards.actors[n].upsert.remote(
-                self.namespace,
-                self.name,
+        parts = {
+            n: (
                 [ids[p] for p in positions],
                 np.ascontiguousarray(vectors[positions]),
                 [texts[p] for p in positions],
@@ -126,7 +124,9 @@ class ShardedCollection:
                 mode,
                 embedding_model,
             )
-        self.shards.gather(refs, f"{self.namespace}/{self.name}")
+            for n, positions in self._split(ids).items()
+        }
+        self._run("upsert", parts)
         return len(self)
 
     def delete(self, ids: Sequence[str]) -> tuple[int, list[str]]:
@@ -152,13 +152,7 @@ class ShardedCollection:
                 shares[shard_of(item_id, count)].add(item_id)  # type: ignore[union-attr]
             if not every_shard:
                 shares = {n: s for n, s in shares.items() if s}
-        refs = {
-            n: getattr(self.shards.actors[n], method).remote(
-                self.namespace, self.name, *args, share
-            )
-            for n, share in shares.items()
-        }
-        return self.shards.gather(refs, f"{self.namespace}/{self.name}")
+        return self._run(method, {n: (*args, share) for n, share in shares.items()})
 
     def search(
         self,

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ray
 import ray.exceptions
 
 from flask_app.store import CollectionUnavailable
+
+# After a shard fails to answer, calls to it fail at once for this long
+# instead of each waiting out the timeout; then one call tries it again.
+DOWN_FOR_S = 15.0
 
 
 class Shards:
@@ -16,11 +23,29 @@ class Shards:
     def __init__(self, actors: list[Any], timeout: float) -> None:
         self.actors = actors
         self.timeout = timeout
+        self._down: dict[int, tuple[float, str]] = {}  # shard -> (until, why)
+        self._lock = threading.Lock()
 
-    def gather(self, refs: dict[int, Any], what: str) -> list[Any]:
-        """The results of `refs` (by shard number), in shard order. A shard's
-        own error (a conflict, a full store) is raised as it is; a shard that
-        died or did not answer in time makes the collection unavailable."""
+    def down(self) -> dict[int, str]:
+        """Shards that recently failed to answer, with why."""
+        now = time.monotonic()
+        with self._lock:
+            return {n: why for n, (until, why) in self._down.items() if until > now}
+
+    def _mark(self, n: int, why: str) -> None:
+        with self._lock:
+            self._down[n] = (time.monotonic() + DOWN_FOR_S, why)
+
+    def call(self, calls: Mapping[int, Callable[[Any], Any]], what: str) -> list[Any]:
+        """Run `calls[n](actor n)` (each returns a Ray reference) and return
+        their results in shard order. A shard's own error (a conflict, a full
+        store) is raised as it is; a shard that died or did not answer in time
+        makes the collection unavailable (503) — never a partial result."""
+        down = self.down()
+        for n in calls:
+            if n in down:
+                raise CollectionUnavailable(what, f"shard {n} {down[n]}; retry later")
+        refs = {n: call(self.actors[n]) for n, call in calls.items()}
         out = []
         for n, ref in refs.items():
             try:
@@ -31,15 +56,26 @@ class Shards:
                     raise cause from None
                 raise CollectionUnavailable(what, f"shard {n} failed: {exc}") from exc
             except ray.exceptions.GetTimeoutError as exc:
-                raise CollectionUnavailable(
-                    what,
-                    f"shard {n} did not answer in {self.timeout:.0f} s (restarting, or "
-                    "its node is down); retry later",
-                ) from exc
+                why = f"did not answer in {self.timeout:.0f} s (restarting, or its node is down)"
+                self._mark(n, why)
+                raise CollectionUnavailable(what, f"shard {n} {why}; retry later") from exc
             except ray.exceptions.RayError as exc:
-                raise CollectionUnavailable(
-                    what, f"shard {n} is unreachable: {type(exc).__name__}"
-                ) from exc
+                why = f"is unreachable ({type(exc).__name__})"
+                self._mark(n, why)
+                raise CollectionUnavailable(what, f"shard {n} {why}; retry later") from exc
+        return out
+
+    def status(self) -> dict[int, str]:
+        """Shards that do not answer now (each asked with a short timeout), with why."""
+        out = self.down()
+        for n, actor in enumerate(self.actors):
+            if n in out:
+                continue
+            try:
+                ray.get(actor.where.remote(), timeout=min(self.timeout, 5.0))
+            except ray.exceptions.RayError as exc:
+                out[n] = f"does not answer ({type(exc).__name__}): restarting, or its node is down"
+                self._mark(n, out[n])
         return out
 
     def where(self) -> list[dict[str, Any]]:

@@ -53,6 +53,16 @@ def node_numbers() -> list[int]:
     return sorted(seen)
 
 
+def node_cpus() -> dict[int, float]:
+    """The Ray CPUs each edgerag node offers."""
+    out = {}
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        for resource in node.get("Resources", {}):
+            if m := NODE_RESOURCE.match(resource):
+                out[int(m.group(1))] = float(node["Resources"].get("CPU", 1))
+    return out
+
+
 def shard_actors(count: int, directory: Path, *, search_threads: int | None = None) -> list[Any]:
     """The cluster's `count` shard actors, started unless already running."""
     nodes = node_numbers()
@@ -156,25 +166,22 @@ class ClusterStore:
         return edge
 
     def drop(self, namespace: str, name: str) -> None:
-        refs = {n: a.drop.remote(namespace, name) for n, a in enumerate(self.shards.actors)}
-        self.shards.gather(refs, f"{namespace}/{name}")
+        self.collection(namespace, name)._all("drop")
 
     def index_kind(self, namespace: str, name: str) -> str:
-        refs = {0: self.shards.actors[0].index_kind.remote(namespace, name)}
-        kinds: list[str] = self.shards.gather(refs, f"{namespace}/{name}")
-        return kinds[0]
+        return self.collection(namespace, name).index_kind
 
     def failures(self) -> dict[str, str]:
-        """Collections a shard could not open ("namespace/name" → reason, the
-        shard named), and shards that do not answer ("shard-N" → reason)."""
-        out: dict[str, str] = {}
+        """Shards that do not answer ("shard-N" → why), and collections a shard
+        could not open ("namespace/name" → the shard and why)."""
+        out = {f"shard-{n}": why for n, why in self.shards.status().items()}
         for n, actor in enumerate(self.shards.actors):
+            if f"shard-{n}" in out:
+                continue
             try:
                 found = ray.get(actor.failures.remote(), timeout=min(self.shards.timeout, 5.0))
             except ray.exceptions.RayError as exc:
-                out[f"shard-{n}"] = (
-                    f"does not answer ({type(exc).__name__}): restarting, or its node is down"
-                )
+                out[f"shard-{n}"] = f"does not answer ({type(exc).__name__})"
                 continue
             for key, reason in found.items():
                 out[key] = f"shard {n}: {reason}"
