@@ -82,6 +82,7 @@ def load_services(settings: Settings) -> Services:
                 n_threads=settings.llm_threads,
                 model_id=settings.model_id,
                 count=settings.replicas,
+                embed_path=None if settings.no_embedder else settings.embed_path(),
             )
             replicas = len(backend.replicas)
         else:
@@ -99,7 +100,7 @@ def load_services(settings: Settings) -> Services:
             preset=chosen.name if chosen is not None else None,
             replicas=replicas,
         )
-    embedder = None
+    embedder: Embedder | None = None
     if not settings.no_embedder:
         path = settings.embed_path()
         _require("embedding model file", path)
@@ -113,4 +114,9 @@ def load_services(settings: Settings) -> Services:
             # cores are lent only while no generation runs or waits
             lend_idle_threads=lambda: gate is None or not (gate.busy or gate.waiting),
         )
+        if llm is not None and settings.ray_address:
+            from flask_app.cluster.replica import ReplicaBackend, SpreadEmbedder
+
+            assert isinstance(llm.backend, ReplicaBackend)
+            embedder = SpreadEmbedder(embedder, llm.backend.replicas)
     return Services(store=store, llm=llm, embedder=embedder)

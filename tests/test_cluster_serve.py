@@ -162,6 +162,18 @@ def test_answers_come_from_two_replicas_and_survive_one_killed(
     assert statuses[-3:] == [200, 200, 200], statuses
     assert len(replica_pids()) == 2  # Ray restarted the killed one
     assert requests.delete(base + "/store", timeout=30).status_code == 200
+    # 40 texts: embedded by the replicas' embedders, 20 each
+    notices = [
+        {"id": f"n{n}", "text": f"Notice {n}: the {w} opens at {n % 12 + 1} o'clock."}
+        for n, w in enumerate(["library", "pool", "bakery", "clinic"] * 10)
+    ]
+    r = requests.post(base + "/upload", json={"store_mode": "text", "items": notices}, timeout=120)
+    assert r.status_code == 200, r.text
+    for n in (0, 21, 39):
+        query = {"query": notices[n]["text"], "top_k": 1}
+        found = requests.post(base + "/search", json=query, timeout=30).json()["results"]
+        assert found[0]["id"] == f"n{n}" and found[0]["score"] > 0.99, found
+    assert requests.delete(base + "/store", timeout=30).status_code == 200
     next(front, None)
 
 

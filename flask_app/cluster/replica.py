@@ -12,10 +12,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import ray
 import ray.exceptions
 
 from flask_app.cluster.store import ClusterUnusable, node_cpus, node_numbers
+from flask_app.inference.embed import Embedder, LlamaEmbedder, Vectors, check_lengths
 from flask_app.inference.llm import (
     ChatMessage,
     FirstTokenProbe,
@@ -29,10 +31,25 @@ _log = logging.getLogger("edgerag.cluster")
 
 
 class Replica:
-    """A chat model on one node (run as a Ray actor)."""
+    """A chat model, and the embedder when given, on one node (run as a Ray
+    actor with two threads: one generates, one embeds)."""
 
-    def __init__(self, path: str, n_ctx: int, n_threads: int, model_id: str | None) -> None:
+    def __init__(
+        self,
+        path: str,
+        n_ctx: int,
+        n_threads: int,
+        model_id: str | None,
+        embed_path: str | None = None,
+    ) -> None:
         self.backend = LlamaBackend(Path(path), n_ctx=n_ctx, n_threads=n_threads, model_id=model_id)
+        self.generating = threading.Lock()  # llama.cpp serves one sequence at a time
+        self.embedder = LlamaEmbedder(Path(embed_path), n_threads=n_threads) if embed_path else None
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        if self.embedder is None:
+            raise RuntimeError("this replica has no embedder")
+        return self.embedder.embed(texts)
 
     def pid(self) -> int:
         import os
@@ -56,6 +73,7 @@ class Replica:
         )
         context = ray.get_runtime_context()
         told = False
+        self.generating.acquire()  # two servers may route to the same replica
         try:
             for delta in tokens:
                 if context.is_canceled():
@@ -73,6 +91,7 @@ class Replica:
             close = getattr(tokens, "close", None)
             if close is not None:
                 close()
+            self.generating.release()
 
 
 def _slug(text: str) -> str:
@@ -92,7 +111,14 @@ class ReplicaBackend:
 
     @classmethod
     def start(
-        cls, path: Path, *, n_ctx: int, n_threads: int, model_id: str | None, count: int
+        cls,
+        path: Path,
+        *,
+        n_ctx: int,
+        n_threads: int,
+        model_id: str | None,
+        count: int,
+        embed_path: Path | None = None,
     ) -> ReplicaBackend:
         """Reach (or start) `count` replicas of the model at `path` (0: one per
         edgerag node), each with at most `n_threads` threads and its share of
@@ -118,9 +144,13 @@ class ReplicaBackend:
                 "max_restarts": -1,
                 "max_task_retries": 0,  # a half-streamed answer is not replayed
                 "num_cpus": threads,
+                "max_concurrency": 2,  # a generation and an embedding batch
                 "resources": {f"edgerag_node_{node}": 0.001},
             }
-            replicas.append(remote.options(**options).remote(str(path), n_ctx, threads, model_id))
+            embeds = str(embed_path) if embed_path is not None else None
+            replicas.append(
+                remote.options(**options).remote(str(path), n_ctx, threads, model_id, embeds)
+            )
         ray.get([r.pid.remote() for r in replicas], timeout=300)  # loaded, or fail now
         _log.info("%d replicas of %s", len(replicas), local.model_id)
         return cls(local, replicas)
@@ -197,3 +227,51 @@ class ReplicaBackend:
                 if stream is not None:
                     ray.cancel(stream)  # the client left: the replica stops at its next token
                 self._give_back(n)
+
+
+# Batches smaller than this are embedded in the server itself (a question, a
+# short upload): a round trip to a replica would cost more than it saves.
+SPREAD_MIN_TEXTS = 32
+
+
+class SpreadEmbedder:
+    """The server's embedder, with large batches split over the replicas'
+    embedders (ingestion); small ones and anything a replica fails are
+    embedded here."""
+
+    def __init__(self, local: Embedder, replicas: list[Any]) -> None:
+        self.local = local
+        self.replicas = replicas
+
+    @property
+    def model_id(self) -> str:
+        return self.local.model_id
+
+    @property
+    def dim(self) -> int:
+        return self.local.dim
+
+    @property
+    def max_tokens(self) -> int:
+        return self.local.max_tokens
+
+    def count_tokens(self, text: str) -> int:
+        return self.local.count_tokens(text)
+
+    def tokens(self, text: str) -> list[str]:
+        return self.local.tokens(text)
+
+    def embed(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> Vectors:
+        if len(texts) < SPREAD_MIN_TEXTS or not self.replicas:
+            return self.local.embed(texts, ids)
+        check_lengths(self.local, texts, ids)  # the whole batch fails here, as one
+        count = len(self.replicas)
+        size = -(-len(texts) // count)
+        parts = [list(texts[i : i + size]) for i in range(0, len(texts), size)]
+        refs = [r.embed.remote(part) for r, part in zip(self.replicas, parts, strict=False)]
+        try:
+            done: list[Vectors] = ray.get(refs, timeout=600)
+        except ray.exceptions.RayError as exc:
+            _log.warning("embedding on the replicas failed (%s): embedding here", exc)
+            return self.local.embed(texts, ids)
+        return np.vstack(done).astype(np.float32, copy=False)

@@ -78,12 +78,15 @@ class Shards:
                 self._mark(n, out[n])
         return out
 
-    def where(self) -> list[dict[str, Any]]:
-        """Where each shard runs ({"shard": n, "error": …} for one that does not answer)."""
+    def where(self, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Where each shard runs ({"shard": n, "error": …} for one that does
+        not answer within `timeout`)."""
+        refs = [actor.where.remote() for actor in self.actors]
+        deadline = time.monotonic() + timeout
         out = []
-        for n, actor in enumerate(self.actors):
+        for n, ref in enumerate(refs):
             try:
-                out.append(ray.get(actor.where.remote(), timeout=min(self.timeout, 5.0)))
+                out.append(ray.get(ref, timeout=max(0.1, deadline - time.monotonic())))
             except ray.exceptions.RayError as exc:
                 out.append({"shard": n, "error": type(exc).__name__})
         return out

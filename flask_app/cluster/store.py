@@ -136,7 +136,7 @@ class ClusterStore:
             )
         actors = shard_actors(shards, data_dir.resolve() / "shards", search_threads=search_threads)
         held = Shards(actors, timeout)
-        layouts = held.where()
+        layouts = held.where(timeout=max(timeout, 120.0))  # new shards start their processes
         for n, layout in enumerate(layouts):
             if "error" in layout:
                 raise ClusterUnusable(f"shard {n} did not start: {layout['error']}")
