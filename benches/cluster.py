@@ -1,7 +1,7 @@
 """Scale-out costs on this machine, each against its baseline in the same run.
 
     .venv/bin/python benches/cluster.py [--n 1000000] [--dim 384] [--shards 1 2 4]
-        [--queries 100] [--answers 8] [--json benches/results/cluster.json]
+        [--queries 100] [--answers 8] [--no-answers] [--json benches/results/cluster.json]
 
 Search: the same unit vectors go into one process's store and into a
 collection split over S shards of a 2-node local Ray cluster (both nodes on
@@ -161,11 +161,11 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--answers", type=int, default=8)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--no-answers", action="store_true", help="search costs only")
     args = parser.parse_args()
-    report = {
-        "search": search_costs(args.n, args.dim, args.shards, args.queries),
-        "answers": answer_rates(args.answers),
-    }
+    report = {"search": search_costs(args.n, args.dim, args.shards, args.queries)}
+    if not args.no_answers:
+        report["answers"] = answer_rates(args.answers)
     print(json.dumps(report, indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -54,6 +54,10 @@ def _wait_for_port(host: str, port: int, child: subprocess.Popen[bytes], timeout
     raise SystemExit(f"Error: the Ray head did not listen on {host}:{port} in {timeout:.0f} s")
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _stop(children: list[subprocess.Popen[bytes]]) -> None:
     for child in reversed(children):
         if child.poll() is None:
@@ -79,6 +83,10 @@ def run(
     worker numbered `node` joining the head at that address; block until
     interrupted, then stop them."""
     ray = _ray()
+    # Ctrl-C, and a plain kill, stop the nodes (a shell may have started this
+    # in the background with SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     if cpus is None and join is None:
         cpus = max(1, (os.cpu_count() or 1) // nodes)  # nodes sharing this machine share its cores
     children: list[subprocess.Popen[bytes]] = []
