@@ -76,6 +76,8 @@ def load_services(settings: Settings) -> Services:
         if settings.ray_address:
             from flask_app.cluster.replica import ReplicaBackend
 
+            if not settings.no_embedder:  # the replicas load it too
+                _require("embedding model file", settings.embed_path())
             backend = ReplicaBackend.start(
                 path,
                 n_ctx=settings.n_ctx,

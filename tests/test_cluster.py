@@ -19,7 +19,7 @@ from flask_app.cluster.sharded import ShardedCollection, shard_of
 from flask_app.cluster.store import ClusterStore, ClusterUnusable
 from flask_app.inference.fakes import HashEmbedder
 from flask_app.rag.retrieval import hybrid, lexical_words
-from flask_app.store import CollectionUnavailable, ConflictError, Store
+from flask_app.store import CollectionUnavailable, ConflictError, Store, VectorRejected
 from tests import stores
 
 SETS = ["own", "town-notices", "python-reference"]
@@ -210,3 +210,13 @@ def test_a_shard_killed_under_load_loses_no_acknowledged_write(
         got = [h for h in sharded.search(q, 200) if h.id in set(written)][:10]
         assert got == one.search(q, 10)
     cluster.drop("tests", "killed")
+
+
+def test_a_batch_with_an_unusable_vector_is_refused_whole(pair: Pair) -> None:
+    sharded = pair[0]
+    ids = [f"v{n}" for n in range(40)]  # spread over both shards
+    vectors = np.ones((40, 16), np.float32)
+    vectors[33] = 0.0
+    with pytest.raises(VectorRejected, match="vector 33"):
+        sharded.upsert(ids, vectors, ids, [None] * 40, mode="vector", embedding_model=None)
+    assert len(sharded) == 0

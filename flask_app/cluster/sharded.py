@@ -20,9 +20,17 @@ from typing import Any
 import numpy as np
 
 from flask_app.cluster.shards import Shards
-from flask_app.store import CapacityError, CollectionInfo, Hit, Item, MetadataValue
+from flask_app.store import (
+    CapacityError,
+    CollectionInfo,
+    Hit,
+    Item,
+    MetadataValue,
+    VectorRejected,
+)
 from flask_app.store.bm25 import LexicalStats
 from flask_app.store.collection import Vectors, check_settings
+from flask_app.store.unit import unit_rows
 
 
 def _invoke(method: str, args: tuple[Any, ...], actor: Any) -> Any:
@@ -106,6 +114,13 @@ class ShardedCollection:
         on some shards: retrying it (an upsert replaces) makes it whole."""
         if len(ids) == 0:
             return len(self)
+        # refused here as a whole: a shard refusing its part would leave the others'
+        _, bad = unit_rows(vectors)
+        if bad is not None:
+            raise VectorRejected(
+                f"vector {bad} (id {ids[bad]!r}) has a non-finite value or is too close "
+                "to zero to have a direction"
+            )
         info = self.info()
         settings = {"dimension": info.dimension, "mode": info.mode}
         settings["embedding_model"] = info.embedding_model
