@@ -67,9 +67,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     assert proc.returncode == 0, log.read_text()
 
 
-def serve(cluster: str, where: Path, models: Path) -> Iterator[str]:
+def serve(cluster: str, where: Path, models: Path, *extra: str) -> Iterator[str]:
     where.mkdir(parents=True, exist_ok=True)
-    args = ["--ray-address", cluster, "--shards", "2", "--data-dir", str(where / "data")]
+    args = ["--ray-address", cluster, "--shards", "2", "--data-dir", str(where / "data"), *extra]
     try:
         running = start_server([*args, "--model-dir", str(models)], where / "log", timeout=180)
     except ServerFailed as exc:
@@ -174,6 +174,39 @@ def test_answers_come_from_two_replicas_and_survive_one_killed(
         found = requests.post(base + "/search", json=query, timeout=30).json()["results"]
         assert found[0]["id"] == f"n{n}" and found[0]["score"] > 0.99, found
     assert requests.delete(base + "/store", timeout=30).status_code == 200
+    next(front, None)
+
+
+def test_a_client_that_leaves_stops_its_replica(
+    cluster: str, tmp_path: Path, real_settings: Settings
+) -> None:
+    """One replica: a streamed answer of up to 1,000 tokens is abandoned after
+    its first chunk; the next request gets the replica at once instead of
+    after the abandoned answer."""
+    front = serve(cluster, tmp_path, real_settings.model_dir, "--replicas", "1")
+    base = next(front)
+    model = requests.get(base + "/v1/models", timeout=10).json()["data"][0]["id"]
+    long = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Count from 1 to 1000, one number a line."}],
+        "max_tokens": 1000,
+        "temperature": 0,
+        "stream": True,
+    }
+    response = requests.post(base + "/v1/chat/completions", json=long, stream=True, timeout=60)
+    lines = response.iter_lines()
+    assert any(line.startswith(b"data: {") for line in lines)  # generation has begun
+    response.close()  # the client leaves
+    started = time.monotonic()
+    short = {**long, "stream": False, "max_tokens": 4}
+    r = requests.post(base + "/v1/chat/completions", json=short, timeout=120)
+    assert r.status_code == 200, r.text
+    # 1,000 tokens take a minute or more here: the replica stopped within seconds
+    assert time.monotonic() - started < 20
+    deadline = time.monotonic() + 10
+    while requests.get(base + "/health", timeout=10).json()["llm"]["generating"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
     next(front, None)
 
 

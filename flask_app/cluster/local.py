@@ -9,6 +9,7 @@ s mod nodes and comes back there after a restart.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -52,6 +53,28 @@ def _wait_for_port(host: str, port: int, child: subprocess.Popen[bytes], timeout
         except OSError:
             time.sleep(0.5)
     raise SystemExit(f"Error: the Ray head did not listen on {host}:{port} in {timeout:.0f} s")
+
+
+def _wait_for_nodes(
+    address: str, count: int, children: list[subprocess.Popen[bytes]], timeout: float
+) -> None:
+    """Until the cluster has `count` live edgerag nodes: shards and replicas
+    are spread over the nodes there when they are first made."""
+    import ray
+
+    from flask_app.cluster.store import node_numbers
+
+    ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        deadline = time.monotonic() + timeout
+        while len(node_numbers(alive_only=True)) < count:
+            if any(child.poll() is not None for child in children):
+                raise SystemExit("Error: a Ray node exited while the cluster started")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"Error: {count} nodes did not join in {timeout:.0f} s")
+            time.sleep(0.5)
+    finally:
+        ray.shutdown()
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
@@ -107,6 +130,7 @@ def run(
             address = f"{socket.gethostbyname(socket.gethostname())}:{port}"
             for n in range(1, nodes):
                 start(["--address", f"127.0.0.1:{port}", *_node_args(n, cpus, object_store_mb)])
+            _wait_for_nodes(f"127.0.0.1:{port}", nodes, children, 120)
             print(
                 f"Ray cluster with {nodes} edgerag node(s) at {address}\n"
                 f"  serve it:      edgerag serve --ray-address {address} --shards {nodes}\n"

@@ -42,11 +42,13 @@ class ClusterUnusable(StoreError):
     status = 503
 
 
-def node_numbers() -> list[int]:
-    """The numbers of the cluster's edgerag nodes (alive or not: a shard
-    waits for its own node rather than moving away from its data)."""
+def node_numbers(*, alive_only: bool = False) -> list[int]:
+    """The numbers of the cluster's edgerag nodes (by default alive or not: a
+    shard waits for its own node rather than moving away from its data)."""
     seen = set()
     for node in ray.nodes():  # type: ignore[no-untyped-call]
+        if alive_only and not node.get("Alive"):
+            continue
         for resource in node.get("Resources", {}):
             if m := NODE_RESOURCE.match(resource):
                 seen.add(int(m.group(1)))
