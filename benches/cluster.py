@@ -1,7 +1,8 @@
 """Scale-out costs on this machine, each against its baseline in the same run.
 
     .venv/bin/python benches/cluster.py [--n 1000000] [--dim 384] [--shards 1 2 4]
-        [--queries 100] [--answers 8] [--no-answers] [--json benches/results/cluster.json]
+        [--queries 100] [--answers 8] [--chunks 2000] [--only search answers ingestion]
+        [--json benches/results/cluster.json]
 
 Search: the same unit vectors go into one process's store and into a
 collection split over S shards of a 2-node local Ray cluster (both nodes on
@@ -10,6 +11,8 @@ results checked identical, and "overhead" is the sharded median minus the
 one-process median. Answers: the same RAG prompt answered `--answers` times
 at once by the one-process model (2 threads), by 1 replica (2 threads) and by
 2 replicas (1 thread each: equal total threads), greedy, 48 tokens.
+Ingestion: evaluation-set passages embedded 32 at a time (the ingestion
+worker's batch) by the server's embedder, then spread over 1 and 2 replicas.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from typing import Any
 import numpy as np
 import ray
 
-from flask_app.cluster.replica import ReplicaBackend
+from benches import eval_sets
+from flask_app.cluster.replica import ReplicaBackend, SpreadEmbedder
 from flask_app.cluster.store import ClusterStore
+from flask_app.inference.embed import LlamaEmbedder
 from flask_app.inference.llm import LLM, ChatMessage, LlamaBackend, Sampling
 from flask_app.settings import Settings
 from flask_app.store import Store
@@ -36,6 +41,7 @@ from tests.stores import local_cluster
 
 K = 10
 BATCH = 20_000
+INGEST_BATCH = 32  # flask_app/ingest/worker.py
 PROMPT: list[ChatMessage] = [
     {"role": "system", "content": "Answer from the documents only."},
     {
@@ -153,6 +159,45 @@ def answer_rates(answers: int) -> dict[str, Any]:
     return out
 
 
+def ingestion_rates(count: int) -> dict[str, Any]:
+    """Chunks/s embedding evaluation-set passages in batches of the ingestion
+    worker's size: the server's own embedder, then spread over 1 and 2
+    replicas (2 and 1 threads each)."""
+    settings = Settings.load({}, os.environ)
+    passages = [p["text"] for p in eval_sets.load("python-reference").passages()]
+    texts = [passages[i % len(passages)] for i in range(count)]
+    local = LlamaEmbedder(settings.embed_path(), n_threads=2)
+
+    def rate(embedder: Any) -> float:
+        embedder.embed(texts[:INGEST_BATCH])  # warm
+        started = time.perf_counter()
+        for lo in range(0, len(texts), INGEST_BATCH):
+            embedder.embed(texts[lo : lo + INGEST_BATCH])
+        return len(texts) / (time.perf_counter() - started)
+
+    out: dict[str, Any] = {"chunks": count, "batch": INGEST_BATCH}
+    out["one_process_2_threads"] = round(rate(local), 1)
+    for replicas, threads in ((1, 2), (2, 1)):
+        cluster = local_cluster(2)
+        try:
+            ray.init(address=cluster.address, namespace="edgerag", log_to_driver=False)
+            backend = ReplicaBackend.start(
+                settings.llm_path(),
+                n_ctx=4096,
+                n_threads=threads,
+                model_id=None,
+                count=replicas,
+                embed_path=settings.embed_path(),
+            )
+            chunks = rate(SpreadEmbedder(local, backend.replicas))
+            out[f"replicas_{replicas}_x_{threads}_threads"] = round(chunks, 1)
+            print(f"{replicas} replica(s) × {threads} thread(s): {chunks:.1f} chunks/s", flush=True)
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1_000_000)
@@ -161,11 +206,17 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--answers", type=int, default=8)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--no-answers", action="store_true", help="search costs only")
+    parser.add_argument("--chunks", type=int, default=2000, help="texts for the ingestion rate")
+    parser.add_argument("--only", choices=("search", "answers", "ingestion"), nargs="+")
     args = parser.parse_args()
-    report = {"search": search_costs(args.n, args.dim, args.shards, args.queries)}
-    if not args.no_answers:
+    parts = args.only or ["search", "answers", "ingestion"]
+    report: dict[str, Any] = {}
+    if "search" in parts:
+        report["search"] = search_costs(args.n, args.dim, args.shards, args.queries)
+    if "answers" in parts:
         report["answers"] = answer_rates(args.answers)
+    if "ingestion" in parts:
+        report["ingestion"] = ingestion_rates(args.chunks)
     print(json.dumps(report, indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
