@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from flask_app.inference.fakes import HashEmbedder
 from flask_app.rag.retrieval import hybrid, lexical_words
 from flask_app.store import CollectionUnavailable, ConflictError, Store, VectorRejected
 from tests import stores
+from tests.http_client import free_port
 
 SETS = ["own", "town-notices", "python-reference"]
 
@@ -146,7 +149,10 @@ def test_pages_deletes_items_and_cosines_equal_one_node(
         )
 
 
-def test_a_cluster_is_served_with_the_shard_count_it_was_started_with(tmp_path: Path) -> None:
+def test_a_cluster_is_served_with_the_shard_count_it_was_started_with(
+    cluster: ClusterStore, tmp_path: Path
+) -> None:
+    assert len(cluster.shards.actors) == 2
     with pytest.raises(ClusterUnusable, match="--shards 2"):
         ClusterStore.connect(stores.cluster_address(), 3, tmp_path, timeout=10)
     with pytest.raises(ClusterUnusable, match="--shards 2"):
@@ -220,3 +226,19 @@ def test_a_batch_with_an_unusable_vector_is_refused_whole(pair: Pair) -> None:
     with pytest.raises(VectorRejected, match="vector 33"):
         sharded.upsert(ids, vectors, ids, [None] * 40, mode="vector", embedding_model=None)
     assert len(sharded) == 0
+
+
+def test_serving_an_address_where_no_cluster_answers_fails_at_once(tmp_path: Path) -> None:
+    port = free_port()
+    args = ["serve", "--ray-address", f"127.0.0.1:{port}", "--no-llm", "--no-embedder"]
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "flask_app.cli", *args, "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert time.monotonic() - started < 30

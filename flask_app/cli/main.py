@@ -147,7 +147,7 @@ def cmd_serve(settings: Settings, log_level: str) -> int:
     from flask_app.app import create_app
     from flask_app.malloc_tuning import limit_arenas
     from flask_app.services import ModelMissing, load_services
-    from flask_app.store import DataDirLocked
+    from flask_app.store import StoreError
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -172,7 +172,7 @@ def cmd_serve(settings: Settings, log_level: str) -> int:
     limit_arenas()  # before the models' and the server's threads exist
     try:
         services = load_services(settings)
-    except (ModelMissing, DataDirLocked) as exc:
+    except (ModelMissing, StoreError) as exc:  # a locked data directory, an unusable cluster
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     app = create_app(settings, services)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import threading
 import weakref
 from pathlib import Path
@@ -40,6 +41,22 @@ class ClusterUnusable(StoreError):
     """The cluster cannot hold the shards as asked."""
 
     status = 503
+
+
+def _check_reachable(address: str) -> None:
+    """Fail at once on a HOST:PORT nobody listens on (ray.init would retry
+    for minutes)."""
+    if address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=5):
+            return
+    except (OSError, ValueError) as exc:
+        raise ClusterUnusable(
+            f"no Ray cluster answers at {address} ({exc}): start one with "
+            "`edgerag cluster`, or give the head's HOST:PORT"
+        ) from None
 
 
 def node_numbers(*, alive_only: bool = False) -> list[int]:
@@ -130,6 +147,7 @@ class ClusterStore:
         """Join the cluster at `address` and reach (or start) its shards;
         shard i keeps its files in `data_dir/shards/shard-i` on its node."""
         if not ray.is_initialized():
+            _check_reachable(address)
             ray.init(
                 address=address,
                 namespace=RAY_NAMESPACE,
