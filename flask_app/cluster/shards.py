@@ -32,7 +32,7 @@ class Shards:
         with self._lock:
             return {n: why for n, (until, why) in self._down.items() if until > now}
 
-    def _mark(self, n: int, why: str) -> None:
+    def mark_down(self, n: int, why: str) -> None:
         with self._lock:
             self._down[n] = (time.monotonic() + DOWN_FOR_S, why)
 
@@ -57,25 +57,12 @@ class Shards:
                 raise CollectionUnavailable(what, f"shard {n} failed: {exc}") from exc
             except ray.exceptions.GetTimeoutError as exc:
                 why = f"did not answer in {self.timeout:.0f} s (restarting, or its node is down)"
-                self._mark(n, why)
+                self.mark_down(n, why)
                 raise CollectionUnavailable(what, f"shard {n} {why}; retry later") from exc
             except ray.exceptions.RayError as exc:
                 why = f"is unreachable ({type(exc).__name__})"
-                self._mark(n, why)
+                self.mark_down(n, why)
                 raise CollectionUnavailable(what, f"shard {n} {why}; retry later") from exc
-        return out
-
-    def status(self) -> dict[int, str]:
-        """Shards that do not answer now (each asked with a short timeout), with why."""
-        out = self.down()
-        for n, actor in enumerate(self.actors):
-            if n in out:
-                continue
-            try:
-                ray.get(actor.where.remote(), timeout=min(self.timeout, 5.0))
-            except ray.exceptions.RayError as exc:
-                out[n] = f"does not answer ({type(exc).__name__}): restarting, or its node is down"
-                self._mark(n, out[n])
         return out
 
     def where(self, timeout: float = 5.0) -> list[dict[str, Any]]:

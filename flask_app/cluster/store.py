@@ -194,14 +194,16 @@ class ClusterStore:
     def failures(self) -> dict[str, str]:
         """Shards that do not answer ("shard-N" → why), and collections a shard
         could not open ("namespace/name" → the shard and why)."""
-        out = {f"shard-{n}": why for n, why in self.shards.status().items()}
+        out = {f"shard-{n}": why for n, why in self.shards.down().items()}
         for n, actor in enumerate(self.shards.actors):
             if f"shard-{n}" in out:
                 continue
             try:
                 found = ray.get(actor.failures.remote(), timeout=min(self.shards.timeout, 5.0))
             except ray.exceptions.RayError as exc:
-                out[f"shard-{n}"] = f"does not answer ({type(exc).__name__})"
+                why = f"does not answer ({type(exc).__name__}): restarting, or its node is down"
+                self.shards.mark_down(n, why)
+                out[f"shard-{n}"] = why
                 continue
             for key, reason in found.items():
                 out[key] = f"shard {n}: {reason}"

@@ -52,7 +52,6 @@ class ReplicaLost(LLMOverloaded):
 
     def __init__(self, detail: str, retry_after: int = 5) -> None:
         LLMError.__init__(self, f"a model replica failed ({detail}); retry in {retry_after} s")
-        self.waiting = 0
         self.retry_after = retry_after
 
 

@@ -62,11 +62,16 @@ def _varints(blob: bytes) -> list[int]:
     return out
 
 
-def stats(db: sqlite3.Connection, words: Sequence[str]) -> LexicalStats:
-    """This text index's statistics for `words` (FTS5's averages record)."""
+def _averages(db: sqlite3.Connection) -> tuple[int, int]:
+    """(rows, tokens) of this text index (FTS5's averages record)."""
     row = db.execute("SELECT block FROM items_fts_data WHERE id = 1").fetchone()
     sizes = _varints(row[0]) if row and row[0] else []
-    rows, tokens = (sizes[0], sum(sizes[1:])) if sizes else (0, 0)
+    return (sizes[0], sum(sizes[1:])) if sizes else (0, 0)
+
+
+def stats(db: sqlite3.Connection, words: Sequence[str]) -> LexicalStats:
+    """This text index's statistics for `words`."""
+    rows, tokens = _averages(db)
     hits = tuple(
         db.execute(
             "SELECT count(*) FROM items_fts WHERE items_fts MATCH ?", (phrase(w),)
@@ -78,17 +83,22 @@ def stats(db: sqlite3.Connection, words: Sequence[str]) -> LexicalStats:
 
 def rescored(db: sqlite3.Connection, words: Sequence[str], total: LexicalStats) -> dict[str, float]:
     """Every row holding any of `words`, scored with the statistics `total`."""
-    local = stats(db, words)
-    if local.rows == 0:
+    rows, tokens = _averages(db)
+    if rows == 0:
         return {}
-    freqs: dict[str, list[float]] = {}
-    lengths: dict[str, int] = {}
-    for n, word in enumerate(words):
-        found = db.execute(
+    found = [
+        db.execute(
             "SELECT rowid, id, -bm25(items_fts) FROM items_fts WHERE items_fts MATCH ?",
             (phrase(word),),
         ).fetchall()
-        for rowid, item_id, score in found:
+        for word in words
+    ]
+    # the rows each word matched are its hits: no second count per word
+    local = LexicalStats(rows, tokens, tuple(len(f) for f in found))
+    freqs: dict[str, list[float]] = {}
+    lengths: dict[str, int] = {}
+    for n, matched in enumerate(found):
+        for rowid, item_id, score in matched:
             if item_id not in lengths:
                 lengths[item_id] = _row_length(db, rowid)
             # FTS5 scored this row for this one word with the shard's own
