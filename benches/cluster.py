@@ -18,12 +18,14 @@ worker's batch) by the server's embedder, then spread over 1 and 2 replicas.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +137,28 @@ def throughput(llm: LLM, answers: int) -> float:
     return answers / (time.perf_counter() - started)
 
 
+@contextlib.contextmanager
+def replicas_on_a_cluster(
+    replicas: int, threads: int, embed_path: Path | None = None
+) -> Iterator[ReplicaBackend]:
+    """`replicas` model replicas of `threads` threads on a fresh 2-node local cluster."""
+    settings = Settings.load({}, os.environ)
+    cluster = local_cluster(2)
+    try:
+        ray.init(address=cluster.address, namespace="edgerag", log_to_driver=False)
+        yield ReplicaBackend.start(
+            settings.llm_path(),
+            n_ctx=4096,
+            n_threads=threads,
+            model_id=None,
+            count=replicas,
+            embed_path=embed_path,
+        )
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
 def answer_rates(answers: int) -> dict[str, Any]:
     settings = Settings.load({}, os.environ)
     path = settings.llm_path()
@@ -143,19 +167,11 @@ def answer_rates(answers: int) -> dict[str, Any]:
     out["one_process_2_threads"] = round(throughput(local, answers), 3)
     del local
     for replicas, threads in ((1, 2), (2, 1)):
-        cluster = local_cluster(2)
-        try:
-            ray.init(address=cluster.address, namespace="edgerag", log_to_driver=False)
-            backend = ReplicaBackend.start(
-                path, n_ctx=4096, n_threads=threads, model_id=None, count=replicas
-            )
+        with replicas_on_a_cluster(replicas, threads) as backend:
             llm = LLM(backend, max_waiters=answers, replicas=replicas)
             rate = throughput(llm, answers)
-            out[f"replicas_{replicas}_x_{threads}_threads"] = round(rate, 3)
-            print(f"{replicas} replica(s) × {threads} thread(s): {rate:.3f} answers/s", flush=True)
-        finally:
-            ray.shutdown()
-            cluster.shutdown()
+        out[f"replicas_{replicas}_x_{threads}_threads"] = round(rate, 3)
+        print(f"{replicas} replica(s) × {threads} thread(s): {rate:.3f} answers/s", flush=True)
     return out
 
 
@@ -178,23 +194,10 @@ def ingestion_rates(count: int) -> dict[str, Any]:
     out: dict[str, Any] = {"chunks": count, "batch": INGEST_BATCH}
     out["one_process_2_threads"] = round(rate(local), 1)
     for replicas, threads in ((1, 2), (2, 1)):
-        cluster = local_cluster(2)
-        try:
-            ray.init(address=cluster.address, namespace="edgerag", log_to_driver=False)
-            backend = ReplicaBackend.start(
-                settings.llm_path(),
-                n_ctx=4096,
-                n_threads=threads,
-                model_id=None,
-                count=replicas,
-                embed_path=settings.embed_path(),
-            )
+        with replicas_on_a_cluster(replicas, threads, settings.embed_path()) as backend:
             chunks = rate(SpreadEmbedder(local, backend.replicas))
-            out[f"replicas_{replicas}_x_{threads}_threads"] = round(chunks, 1)
-            print(f"{replicas} replica(s) × {threads} thread(s): {chunks:.1f} chunks/s", flush=True)
-        finally:
-            ray.shutdown()
-            cluster.shutdown()
+        out[f"replicas_{replicas}_x_{threads}_threads"] = round(chunks, 1)
+        print(f"{replicas} replica(s) × {threads} thread(s): {chunks:.1f} chunks/s", flush=True)
     return out
 
 
