@@ -10,6 +10,7 @@ from flask_app.file_collections import FileCollections
 from flask_app.inference.embed import Embedder, LlamaEmbedder
 from flask_app.inference.llm import LLM, Backend, LlamaBackend
 from flask_app.rag.jobs import Jobs
+from flask_app.records import Records
 from flask_app.settings import Settings
 from flask_app.store import CollectionUnavailable, Store
 from flask_app.store.protocols import CollectionStore
@@ -27,6 +28,7 @@ class Services:
     llm: LLM | None
     embedder: Embedder | None
     jobs: Jobs | None = None  # async work, created with the app when not given
+    records: Records | None = None  # the data directory's when not given
     collections: FileCollections | None = None  # created with the app when not given
 
 
@@ -44,8 +46,10 @@ def _require(path_desc: str, path: object) -> None:
 def load_services(settings: Settings) -> Services:
     """The store first (a locked data directory fails fast), then the models."""
     store: CollectionStore
+    records: Records | None = None  # the data directory's
     if settings.ray_address:
-        from flask_app.cluster.store import ClusterStore  # the default server imports no Ray
+        from flask_app.cluster.records import ClusterRecords  # the default server imports no Ray
+        from flask_app.cluster.store import ClusterStore
 
         store = ClusterStore.connect(
             settings.ray_address,
@@ -54,6 +58,9 @@ def load_services(settings: Settings) -> Services:
             timeout=settings.request_timeout,
             search_threads=settings.search_threads,
             edge_index=settings.store_index,
+        )
+        records = ClusterRecords.connect(
+            settings.data_dir.resolve() / "records", timeout=settings.request_timeout
         )
     else:
         store = Store(
@@ -121,4 +128,4 @@ def load_services(settings: Settings) -> Services:
 
             assert isinstance(llm.backend, ReplicaBackend)
             embedder = SpreadEmbedder(embedder, llm.backend.replicas)
-    return Services(store=store, llm=llm, embedder=embedder)
+    return Services(store=store, llm=llm, embedder=embedder, records=records)

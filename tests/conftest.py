@@ -50,10 +50,8 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def fake_services(settings: Settings) -> Services:
-    return Services(
-        store=stores.open_store(settings.data_dir),
-        llm=LLM(ScriptedBackend(), max_waiters=2, timeout=10.0),
-        embedder=HashEmbedder(),
+    return stores.services(
+        settings.data_dir, LLM(ScriptedBackend(), max_waiters=2, timeout=10.0), HashEmbedder()
     )
 
 

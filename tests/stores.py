@@ -4,8 +4,8 @@ a 2-node local Ray cluster (`ClusterStore`, with `pytest --store cluster`).
 The cluster is started once per session on 127.0.0.1 by
 `ray.cluster_utils.Cluster` and stopped by its own handle (never `ray stop`,
 which would stop every Ray process on the host); after each test every
-collection on its shards is dropped, so tests see an empty store as they
-would with a fresh data directory.
+collection on its shards is dropped and the records actor ended, so tests see
+an empty store and catalog as they would with a fresh data directory.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from flask_app.inference.embed import Embedder
+from flask_app.inference.llm import LLM
+from flask_app.services import Services
 from flask_app.store import Store
 from flask_app.store.protocols import CollectionStore
 
@@ -69,9 +72,33 @@ def open_store(data_dir: Path) -> CollectionStore:
     return store
 
 
+def services(data_dir: Path, llm: LLM | None, embedder: Embedder | None) -> Services:
+    """A server's services on the store under test; on a cluster its records
+    (catalog, memory, jobs) are the cluster's too."""
+    store = open_store(data_dir)
+    if _kind == "local":
+        return Services(store=store, llm=llm, embedder=embedder)
+    from flask_app.cluster.records import ClusterRecords
+
+    records = ClusterRecords.connect(records_dir(data_dir), timeout=60)
+    return Services(store=store, llm=llm, embedder=embedder, records=records)
+
+
+def records_dir(data_dir: Path) -> Path:
+    """Where `services(data_dir, …)` keeps its records' SQLite files."""
+    return data_dir if _kind == "local" else data_dir.resolve() / "records"
+
+
 def wipe() -> None:
-    """Drop every collection on the shards and release the fronts' directories."""
+    """Drop every collection on the shards, end the records actor (the next
+    test starts one in its own directory) and release the fronts' directories."""
     import ray
+
+    from flask_app.cluster.records import ACTOR_NAME
+    from flask_app.cluster.store import RAY_NAMESPACE
+
+    if ray.is_initialized() and ACTOR_NAME in ray.util.list_named_actors():
+        ray.kill(ray.get_actor(ACTOR_NAME, namespace=RAY_NAMESPACE), no_restart=True)
 
     while _opened:
         store = _opened.pop()

@@ -19,7 +19,6 @@ from flask_app.api.http.extensions import collections_of
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
-from flask_app.services import Services
 from flask_app.settings import Settings
 from tests import stores
 
@@ -36,10 +35,8 @@ def build(
 ) -> tuple[Flask, ScriptedBackend]:
     settings = Settings.load({"data_dir": tmp_path / "data", **options}, {})
     backend = ScriptedBackend(reply)
-    services = Services(
-        stores.open_store(settings.data_dir),
-        LLM(backend, max_waiters=4, timeout=30),
-        HashEmbedder(),
+    services = stores.services(
+        settings.data_dir, LLM(backend, max_waiters=4, timeout=30), HashEmbedder()
     )
     return create_app(settings, services), backend
 
@@ -551,8 +548,8 @@ def test_each_format_is_extracted(
 
 def test_ingestion_resumes_after_a_restart(tmp_path: Path) -> None:
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
-    store = stores.open_store(settings.data_dir)
-    app = create_app(settings, Services(store, None, HashEmbedder()))
+    services = stores.services(settings.data_dir, None, HashEmbedder())
+    app = create_app(settings, services)
     with app.app_context():  # accepted, never ingested: the process "died"
         record, _ = collections_of(current_app).catalog.add_file(
             "ops", "runbooks", "d.md", "text/markdown", DEPLOY.encode(), {}, []
@@ -560,10 +557,8 @@ def test_ingestion_resumes_after_a_restart(tmp_path: Path) -> None:
         collections_of(current_app).catalog.put_namespace("ops")
         collections_of(current_app).catalog.put_collection("ops", "runbooks", None, None)
         collections_of(current_app).catalog.close()
-    store.close()
-    again = create_app(
-        settings, Services(stores.open_store(settings.data_dir), None, HashEmbedder())
-    )
+    services.store.close()
+    again = create_app(settings, stores.services(settings.data_dir, None, HashEmbedder()))
     idle(again)
     got = (
         again.test_client()

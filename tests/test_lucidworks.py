@@ -28,7 +28,7 @@ from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.rag.jobs import READY, RETRIEVED, Jobs, RetryLater
 from flask_app.rag.memory import Conversations, Turn
-from flask_app.services import Services
+from flask_app.records import LocalRecords
 from flask_app.settings import Settings
 from tests import stores
 from tests.http_client import serve_in_thread
@@ -53,10 +53,8 @@ def build(
 ) -> tuple[Flask, ScriptedBackend]:
     settings = Settings.load({"data_dir": tmp_path / "data", **options}, {})
     backend = ScriptedBackend(reply, n_ctx=n_ctx)
-    services = Services(
-        store=stores.open_store(settings.data_dir),
-        llm=LLM(backend, max_waiters=4, timeout=30),
-        embedder=embedder or HashEmbedder(),
+    services = stores.services(
+        settings.data_dir, LLM(backend, max_waiters=4, timeout=30), embedder or HashEmbedder()
     )
     return create_app(settings, services), backend
 
@@ -376,16 +374,28 @@ def test_async_rejects_bad_requests_at_once_and_never_stores_secrets(
     body = {**T1, "modelConfig": {"apiKey": "sk-do-not-store"}}
     job = client.post("/ai/async-prediction/rag/mistral", json=body).get_json()
     wait_for(client, job["predictionId"])
-    assert b"sk-do-not-store" not in (tmp_path / "data" / "jobs.sqlite3").read_bytes()
+    assert (
+        b"sk-do-not-store"
+        not in (stores.records_dir(tmp_path / "data") / "jobs.sqlite3").read_bytes()
+    )
+
+
+def local_jobs(data_dir: Path, yield_s: float = 30.0) -> Jobs:
+    """The async-prediction jobs of a server on `data_dir` (started just now)."""
+    return Jobs(LocalRecords(data_dir).job_table("jobs", retention_s=3600.0), yield_s=yield_s)
 
 
 def test_an_accepted_job_runs_after_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "jobs.sqlite3"
     hold = threading.Event()
-    crashed = Jobs(path)
+    crashed = local_jobs(path.parent)
     crashed.handle("k", lambda payload: (hold.wait(10), {"never": True})[1])
     job = crashed.submit("k", {"n": 1})  # the worker takes it and "dies" holding it
-    restarted = Jobs(path)
+    deadline = time.monotonic() + 10
+    while not (held := crashed.get(job)) or not held.running:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    restarted = local_jobs(path.parent)
     restarted.handle("k", lambda payload: {"n": payload["n"] + 1})
     restarted.start()
     deadline = time.monotonic() + 10
@@ -399,7 +409,7 @@ def test_an_accepted_job_runs_after_a_restart(tmp_path: Path) -> None:
 
 
 def test_a_job_that_cannot_get_the_model_is_retried_not_failed(tmp_path: Path) -> None:
-    jobs = Jobs(tmp_path / "jobs.sqlite3")
+    jobs = local_jobs(tmp_path)
     calls: list[int] = []
 
     def run(payload: dict[str, Any]) -> dict[str, Any]:
@@ -419,7 +429,7 @@ def test_a_job_that_cannot_get_the_model_is_retried_not_failed(tmp_path: Path) -
 
 def test_async_jobs_let_interactive_requests_go_first(tmp_path: Path) -> None:
     """A job waits while interactive requests queue for the model."""
-    jobs = Jobs(tmp_path / "jobs.sqlite3", yield_s=0.3)
+    jobs = local_jobs(tmp_path, yield_s=0.3)
     waiting = threading.Event()
     waiting.set()
     started: list[float] = []
@@ -556,7 +566,7 @@ def test_client_leaving_a_stream_stops_generation(tmp_path: Path) -> None:
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
     backend = ScriptedBackend(slow, token_delay=0.02)
     llm = LLM(backend, max_waiters=4, timeout=30)
-    app = create_app(settings, Services(stores.open_store(settings.data_dir), llm, HashEmbedder()))
+    app = create_app(settings, stores.services(settings.data_dir, llm, HashEmbedder()))
     with serve_in_thread(app) as base:
         response = requests.post(
             base + RAG, json=T1, headers={"Accept": "text/event-stream"}, stream=True, timeout=10
@@ -671,7 +681,7 @@ def test_bad_input_matrix(
     assert r.get_json() == {"status": status, "error": "Bad Request", "message": message}
     assert backend.prompts == []
     assert client.get("/ai/async-prediction/x").status_code == 404  # no job was stored
-    memory = Conversations(tmp_path / "data" / "conversations.sqlite3")
+    memory = Conversations(stores.records_dir(tmp_path / "data") / "conversations.sqlite3")
     with memory._db() as db:
         assert db.execute("SELECT count(*) FROM turns").fetchone() == (0,)
 
@@ -711,7 +721,7 @@ def test_queue_full_is_429_with_retry_after(tmp_path: Path) -> None:
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
     backend = ScriptedBackend("SOURCES:\n- 0\nANSWER: " + "w " * 100, token_delay=0.02)
     llm = LLM(backend, max_waiters=0, timeout=30)
-    app = create_app(settings, Services(stores.open_store(settings.data_dir), llm, HashEmbedder()))
+    app = create_app(settings, stores.services(settings.data_dir, llm, HashEmbedder()))
     with serve_in_thread(app) as base:
         holder = threading.Thread(target=lambda: requests.post(base + RAG, json=T1, timeout=30))
         holder.start()
@@ -798,7 +808,7 @@ def test_a_jobs_file_from_before_owners_opens_and_keeps_its_jobs(tmp_path: Path)
             (time.time(),),
         )
     db.close()
-    jobs = Jobs(path)
+    jobs = local_jobs(path.parent)
     found = jobs.get("old")
     assert found is not None and found.result == {"n": 1}
     assert jobs.get("old", owner="someone") is None

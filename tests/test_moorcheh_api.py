@@ -13,7 +13,6 @@ from flask import Flask
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
-from flask_app.services import Services
 from flask_app.settings import Settings
 from tests import stores
 from tests.http_client import Api, InProcess, OverSocket, serve_in_thread
@@ -28,10 +27,8 @@ def unit(seed: int, dim: int = DIM) -> list[float]:
 
 def make_app(tmp_path: Path, **options: object) -> Flask:
     settings = Settings.load({"data_dir": tmp_path / "data", **options}, {})
-    services = Services(
-        store=stores.open_store(settings.data_dir),
-        llm=LLM(ScriptedBackend(), max_waiters=2),
-        embedder=HashEmbedder(dim=384),
+    services = stores.services(
+        settings.data_dir, LLM(ScriptedBackend(), max_waiters=2), HashEmbedder(dim=384)
     )
     return create_app(settings, services)
 

@@ -21,6 +21,7 @@ from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.rag.jobs import Jobs
+from flask_app.records import LocalRecords
 from flask_app.services import Services
 from flask_app.settings import Settings
 from flask_app.store import Store
@@ -211,7 +212,7 @@ def test_a_run_accepted_before_a_crash_runs_after_the_restart(tmp_path: Path) ->
 
 def test_only_the_owner_can_cancel_a_job(tmp_path: Path) -> None:
     hold = threading.Event()
-    jobs = Jobs(tmp_path / "jobs.sqlite3")
+    jobs = Jobs(LocalRecords(tmp_path).job_table("jobs", retention_s=3600.0))
     jobs.handle("k", lambda payload: (hold.wait(10), {"done": True})[1])
     running = jobs.submit("k", {}, owner="alice")
     queued = jobs.submit("k", {}, owner="alice")

@@ -16,7 +16,7 @@ import numpy as np
 import ray
 import ray.exceptions
 
-from flask_app.cluster.store import ClusterUnusable, node_cpus, node_numbers
+from flask_app.cluster.store import ClusterUnusable, detached_on, node_cpus, node_numbers
 from flask_app.inference.embed import Embedder, LlamaEmbedder, Vectors, check_lengths
 from flask_app.inference.llm import (
     ChatMessage,
@@ -136,17 +136,13 @@ class ReplicaBackend:
             # the node's CPUs shared by its replicas: more llama.cpp threads than
             # cores make every thread wait for a descheduled one at each step
             threads = max(1, min(n_threads, int(cpus.get(node, 1) // placed.count(node))))
-            options: dict[str, Any] = {
-                "name": f"llm-{_slug(local.model_id)}-{i}",
-                "namespace": "edgerag",
-                "lifetime": "detached",
-                "get_if_exists": True,
-                "max_restarts": -1,
-                "max_task_retries": 0,  # a half-streamed answer is not replayed
-                "num_cpus": threads,
-                "max_concurrency": 2,  # a generation and an embedding batch
-                "resources": {f"edgerag_node_{node}": 0.001},
-            }
+            options = detached_on(
+                node,
+                f"llm-{_slug(local.model_id)}-{i}",
+                max_task_retries=0,  # a half-streamed answer is not replayed
+                num_cpus=threads,
+                max_concurrency=2,  # a generation and an embedding batch
+            )
             embeds = str(embed_path) if embed_path is not None else None
             replicas.append(
                 remote.options(**options).remote(str(path), n_ctx, threads, model_id, embeds)

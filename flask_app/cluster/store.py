@@ -82,6 +82,20 @@ def node_cpus() -> dict[int, float]:
     return out
 
 
+def detached_on(node: int, name: str, **options: Any) -> dict[str, Any]:
+    """Ray options of the named, detached actor `name` on edgerag node
+    `node`, restarted there when its process dies (`options` add or override)."""
+    return {
+        "name": name,
+        "namespace": RAY_NAMESPACE,
+        "lifetime": "detached",
+        "get_if_exists": True,
+        "max_restarts": -1,
+        "resources": {f"edgerag_node_{node}": 0.001},
+        **options,
+    }
+
+
 def shard_actors(count: int, directory: Path, *, search_threads: int | None = None) -> list[Any]:
     """The cluster's `count` shard actors, started unless already running."""
     nodes = node_numbers()
@@ -101,17 +115,13 @@ def shard_actors(count: int, directory: Path, *, search_threads: int | None = No
     remote = ray.remote(Shard)
     actors = []
     for i in range(count):
-        options: dict[str, Any] = {
-            "name": f"shard-{i}",
-            "namespace": RAY_NAMESPACE,
-            "lifetime": "detached",
-            "get_if_exists": True,
-            "max_restarts": -1,
-            "max_task_retries": -1,
-            "max_concurrency": SHARD_CONCURRENCY,
-            "num_cpus": 0,
-            "resources": {f"edgerag_node_{nodes[i % len(nodes)]}": 0.001},
-        }
+        options = detached_on(
+            nodes[i % len(nodes)],
+            f"shard-{i}",
+            max_task_retries=-1,
+            max_concurrency=SHARD_CONCURRENCY,
+            num_cpus=0,
+        )
         where = str(directory / f"shard-{i}")
         actors.append(remote.options(**options).remote(where, i, count, search_threads))
     return actors
@@ -125,7 +135,7 @@ class ClusterStore:
 
     def __init__(self, shards: Shards, data_dir: Path, *, edge_index: str = "") -> None:
         self.shards = shards
-        self.data_dir = data_dir  # this front's own files (catalog, jobs, memory)
+        self.data_dir = data_dir  # held locked: one server per data directory
         self.edge_index = edge_index
         data_dir.mkdir(parents=True, exist_ok=True)
         fd = lock_exclusively(data_dir / ".lock")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from flask_app import rag
@@ -11,6 +10,7 @@ from flask_app.file_collections.names import split_qualified
 from flask_app.inference.embed import Embedder
 from flask_app.ingest.worker import Ingestor
 from flask_app.rag.retrieval import StoredCollection
+from flask_app.records import Records
 from flask_app.store import Hit
 from flask_app.store.catalog import Catalog, CollectionRecord, FileRecord, chunk_id
 from flask_app.store.file_query import Sql, readable_by
@@ -26,18 +26,26 @@ class FoundPassage:
 
 
 class FileCollections:
-    def __init__(self, catalog: Catalog, store: CollectionStore, embedder: Embedder | None) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        store: CollectionStore,
+        embedder: Embedder | None,
+        *,
+        poll_s: float | None = None,
+    ) -> None:
         self.catalog = catalog
         self.store = store
         self.embedder = embedder
-        self.ingestor = Ingestor(catalog, store, embedder)
+        self.ingestor = Ingestor(catalog, store, embedder, poll_s=poll_s)
 
     @classmethod
     def open(
-        cls, data_dir: Path, store: CollectionStore, embedder: Embedder | None
+        cls, records: Records, store: CollectionStore, embedder: Embedder | None
     ) -> FileCollections:
-        """The catalog in `data_dir`; files accepted before a restart are ingested again."""
-        opened = cls(Catalog(data_dir / "catalog.sqlite3"), store, embedder)
+        """The catalog `records` keep; files accepted before a restart are
+        ingested again (with a shared catalog, also those another server left)."""
+        opened = cls(records.catalog(), store, embedder, poll_s=records.poll_s)
         if opened.catalog.pending():
             opened.ingestor.start()
         return opened

@@ -1,8 +1,11 @@
-"""Ingestion off the request thread: one worker takes the files the catalog
+"""Ingestion off the request thread: one worker claims the files the catalog
 holds as processing (oldest first, also those accepted before a restart),
 extracts their text, cuts it into chunks with spans, embeds the chunks in
 batches and writes them to the collection's store, reporting progress on the
 file. A file that cannot be read fails with a reason; the collection goes on.
+With a catalog shared by several servers (a cluster), while files other
+servers hold remain, the worker looks again every `poll_s` seconds, so a file
+whose server died is taken over once its lease has run out.
 """
 
 from __future__ import annotations
@@ -33,11 +36,14 @@ class Ingestor:
         embedder: Embedder | None,
         *,
         on_change: Callable[[], None] | None = None,
+        poll_s: float | None = None,
     ) -> None:
         self.catalog = catalog
         self.store = store
         self.embedder = embedder
         self._on_change = on_change
+        self.poll_s = poll_s  # None: the worker stops when it can claim nothing
+        self._wake = threading.Event()
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self._idle = threading.Event()
@@ -49,6 +55,7 @@ class Ingestor:
         with self._lock:
             self._idle.clear()
             self._wanted = True
+            self._wake.set()
             if self._worker is not None and self._worker.is_alive():
                 return
             self._worker = threading.Thread(target=self._work, name="edgerag-ingest", daemon=True)
@@ -62,17 +69,31 @@ class Ingestor:
         while True:
             with self._lock:
                 self._wanted = False
-            for file_id in self.catalog.pending():
-                try:
-                    self.ingest(file_id)
-                except Exception as exc:  # a bug must not stop the worker for good
-                    _log.error("ingesting %s failed", file_id, exc_info=exc)
-                    self.catalog.finish(file_id, {"code": "internal", "message": "internal error"})
+            watch = False
+            try:
+                self._ingest_claimable()
+                # others hold the files left: wait for them to finish or be left
+                watch = self.poll_s is not None and self.catalog.pending_count() > 0
+            except Exception as exc:  # the catalog is unreachable: the next upload retries
+                _log.warning("looking for files to ingest: %s", exc)
             with self._lock:
                 if not self._wanted:
-                    self._worker = None
                     self._idle.set()
-                    return
+                    if not watch:
+                        self._worker = None
+                        return
+                    self._wake.clear()
+            if watch:
+                assert self.poll_s is not None
+                self._wake.wait(self.poll_s)
+
+    def _ingest_claimable(self) -> None:
+        while (file_id := self.catalog.claim_pending()) is not None:
+            try:
+                self.ingest(file_id)
+            except Exception as exc:  # a bug must not stop the worker for good
+                _log.error("ingesting %s failed", file_id, exc_info=exc)
+                self.catalog.finish(file_id, {"code": "internal", "message": "internal error"})
 
     def ingest(self, file_id: str) -> None:
         record = self.catalog.file(file_id)

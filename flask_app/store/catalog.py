@@ -6,6 +6,11 @@ then its text and the code-point spans of its chunks (the chunks' vectors
 and words live in the collection's own store under the chunk ids
 `<file_id>#<n>`). Uploading to an existing path replaces that file in the
 same transaction that registers the new one.
+
+An ingestion worker claims a processing file for a lease it renews with its
+progress; a file whose lease ran out (its worker's process died) is claimed
+again, so with several servers on one catalog (a cluster) no file is
+ingested twice at once and none is left behind.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from ulid import ULID
 from flask_app.store.file_query import Sql
 
 PROCESSING, READY, FAILED = "processing", "ready", "failed"
+
+INGEST_LEASE_S = 120.0  # a claimed file with no progress for this long is claimed again
 
 # the filter kind of a metadata value from its JSON type (json_each's `type`)
 _KIND = (
@@ -203,6 +210,10 @@ class Catalog:
         db.executescript(_SCHEMA)
         if db.execute("PRAGMA user_version").fetchone()[0] < 1:
             self._index_existing_files()
+        columns = {row[1] for row in db.execute("PRAGMA table_info(files)")}
+        if "lease_until" not in columns:  # catalogs written before ingestion claims
+            with self._tx() as tx:
+                tx.execute("ALTER TABLE files ADD COLUMN lease_until REAL NOT NULL DEFAULT 0")
 
     def _index_existing_files(self) -> None:
         """Catalogs written before the metadata index: index their files once."""
@@ -497,6 +508,28 @@ class Catalog:
             )
         ]
 
+    def claim_pending(self) -> str | None:
+        """Take the oldest processing file no worker holds (for INGEST_LEASE_S)."""
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT file_id FROM files WHERE status = ? AND lease_until <= ? "
+                "ORDER BY created_at LIMIT 1",
+                (PROCESSING, now),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute(
+                "UPDATE files SET lease_until = ? WHERE file_id = ?",
+                (now + INGEST_LEASE_S, row[0]),
+            )
+            return str(row[0])
+
+    def release_claims(self) -> None:
+        """Forget every claim (one server owns this catalog and has just started)."""
+        with self._tx() as db:
+            db.execute("UPDATE files SET lease_until = 0 WHERE lease_until > 0")
+
     def counts(self) -> tuple[int, int]:
         """(collections, files) in the catalog."""
         db = self._db()
@@ -553,8 +586,9 @@ class Catalog:
     def progress(self, file_id: str, done: int) -> None:
         with self._tx() as db:
             db.execute(
-                "UPDATE files SET chunks_done = ?, updated_at = ? WHERE file_id = ?",
-                (done, time.time(), file_id),
+                "UPDATE files SET chunks_done = ?, updated_at = ?, lease_until = ? "
+                "WHERE file_id = ?",
+                (done, time.time(), time.time() + INGEST_LEASE_S, file_id),
             )
 
     def finish(self, file_id: str, error: dict[str, str] | None = None) -> bool:

@@ -54,6 +54,7 @@ class CollectionUnavailable(StoreError):
     rest of the store keeps serving."""
 
     status = 503
+    retry_after = 5  # seconds (a cluster's shard restarts in a few)
 
     def __init__(self, name: str, reason: str) -> None:
         super().__init__(f"collection {name} is unavailable: {reason}")

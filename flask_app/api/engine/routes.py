@@ -9,7 +9,7 @@ from flask import Flask
 from flask_app.api.engine import answer, errors, research, resources
 from flask_app.api.http import errors as http_errors
 from flask_app.api.http import openapi
-from flask_app.api.http.extensions import services_of, settings_of
+from flask_app.api.http.extensions import records_of, services_of
 from flask_app.file_collections.names import NAME_PATTERN
 from flask_app.rag.jobs import Jobs
 
@@ -17,11 +17,14 @@ PREFIXES = ("/namespaces", "/info")
 
 
 def install(app: Flask) -> None:
-    settings = settings_of(app)
     services = services_of(app)
     app.register_blueprint(resources.blueprint)
     app.register_blueprint(answer.blueprint)
-    runs = Jobs(settings.data_dir / "research_runs.sqlite3", retention_s=research.RETENTION_S)
+    records = records_of(app)
+    runs = Jobs(
+        records.job_table("research_runs", retention_s=research.RETENTION_S),
+        poll_s=records.poll_s,
+    )
     llm = services.llm
     if llm is not None:
         runs.yield_to(lambda: llm.gate.waiting > 0)

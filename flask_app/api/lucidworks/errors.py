@@ -16,6 +16,7 @@ from flask_app.api.http.messages import capped
 from flask_app.inference.embed import EmbedderBusy, EmbeddingError
 from flask_app.inference.llm import LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
 from flask_app.rag import ContextOverflow, RagError
+from flask_app.store import CollectionUnavailable
 
 _log = logging.getLogger("edgerag")
 
@@ -82,6 +83,8 @@ def status_and_message(exc: Exception) -> tuple[int, str, int | None]:
         return 502, "Model backend error", None
     if isinstance(exc, LLMCancelled):
         return 499, str(exc), None
+    if isinstance(exc, CollectionUnavailable):  # e.g. a cluster's shard restarting
+        return 503, str(exc), exc.retry_after
     raise NotAnApiError
 
 

@@ -15,7 +15,12 @@ from flask_app.api.http import auth
 from flask_app.api.http import errors as http_errors
 from flask_app.api.http.disconnect import client_gone_probe
 from flask_app.api.http.errors import NotAnApiError
-from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
+from flask_app.api.http.extensions import (
+    answer_config_of,
+    records_of,
+    services_of,
+    settings_of,
+)
 from flask_app.api.http.json_body import BadRequest, json_object
 from flask_app.api.http.openapi import Operation, describe_path_parameters, operation
 from flask_app.api.http.sse import event_stream, sse
@@ -37,13 +42,13 @@ from flask_app.api.lucidworks.schemas import (
 from flask_app.inference.llm import LLMOverloaded, LLMTimeout
 from flask_app.rag import RagError
 from flask_app.rag.jobs import ERROR, JobFailed, Jobs, RetryLater
-from flask_app.rag.memory import Conversations
 
 blueprint = Blueprint("lucidworks", __name__, url_prefix="/ai")
 TAG = "lucidworks"
 
 KEY = "edgerag_lucidworks"
 RAG_JOB = "lucidworks-rag"
+JOB_RETENTION_S = 3600.0  # a finished prediction is kept this long
 
 
 def _surface() -> Surface:
@@ -272,10 +277,9 @@ def install(app: Flask) -> None:
     """Routes, error shape, conversation memory and the async worker."""
     settings = settings_of(app)
     services = services_of(app)
-    conversations = Conversations(
-        settings.data_dir / "conversations.sqlite3",
-        max_turns=settings.memory_turns,
-        ttl_s=settings.memory_ttl_hours * 3600,
+    records = records_of(app)
+    conversations = records.conversations(
+        max_turns=settings.memory_turns, ttl_s=settings.memory_ttl_hours * 3600
     )
     surface = Surface(services, answer_config_of(app), conversations)
     app.extensions[KEY] = surface
@@ -285,7 +289,9 @@ def install(app: Flask) -> None:
     )
     http_errors.add_surface(app, "/ai/", errors.render)
     if services.jobs is None:
-        services.jobs = Jobs(settings.data_dir / "jobs.sqlite3")
+        services.jobs = Jobs(
+            records.job_table("jobs", retention_s=JOB_RETENTION_S), poll_s=records.poll_s
+        )
     jobs = services.jobs
     jobs.handle(RAG_JOB, lambda payload: _run_job(app, surface, jobs, payload))
     llm = services.llm

@@ -14,7 +14,7 @@ from flask_app.api.http.messages import capped
 from flask_app.inference.embed import EmbedderBusy
 from flask_app.inference.llm import LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
 from flask_app.rag import RagError
-from flask_app.store import CapacityError, StoreError
+from flask_app.store import CapacityError, CollectionUnavailable, StoreError
 
 _log = logging.getLogger("edgerag")
 
@@ -50,6 +50,8 @@ def render(exc: Exception) -> tuple[Response, int]:
             max_items=exc.max_items,
             requested_new=exc.requested_new,
         ), 409
+    if isinstance(exc, CollectionUnavailable):
+        return _retry(_json(exc.status, str(exc)), exc.retry_after)
     if isinstance(exc, StoreError):
         return _json(exc.status, str(exc))
     if isinstance(exc, RagError):

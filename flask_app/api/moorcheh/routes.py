@@ -18,7 +18,7 @@ from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 
 from flask_app import rag, simcore
-from flask_app.api.http.extensions import services_of, settings_of
+from flask_app.api.http.extensions import records_of, services_of, settings_of
 from flask_app.api.http.json_body import BadRequest, json_object, validate
 from flask_app.api.http.openapi import operation
 from flask_app.api.http.vectors import VectorError, check_matrix
@@ -79,7 +79,7 @@ def health() -> ResponseReturnValue:
         info: CollectionInfo | None = services.store.edge().info()
     except CollectionUnavailable:
         info = None  # listed under "unavailable"; /health itself keeps answering
-    unavailable = services.store.failures()
+    unavailable = {**services.store.failures(), **records_of(current_app).failures()}
     cap = _max_items()
     llm: dict[str, Any] | None = None
     if services.llm is not None:

@@ -14,6 +14,7 @@ from flask_app.api.http.messages import capped
 from flask_app.inference.embed import EmbedderBusy, EmbeddingError
 from flask_app.inference.llm import LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
 from flask_app.rag import RagError
+from flask_app.store import CollectionUnavailable
 
 _log = logging.getLogger("edgerag")
 
@@ -89,6 +90,8 @@ def _classify(exc: Exception) -> tuple[OpenAIError, int | None]:
         return OpenAIError(500, "The model failed.", "server_error"), None
     if isinstance(exc, LLMCancelled):
         return OpenAIError(499, str(exc), "invalid_request_error"), None
+    if isinstance(exc, CollectionUnavailable):  # e.g. a cluster's shard restarting
+        return OpenAIError(503, str(exc), "server_error"), exc.retry_after
     raise NotAnApiError
 
 
