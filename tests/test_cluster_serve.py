@@ -97,6 +97,9 @@ def test_two_fronts_on_a_two_node_cluster_answer_the_readme_tour(
     other = next(second)
     assert [r["id"] for r in searched] == ["hours", "wifi"]
     assert requests.post(other + "/search", json=question, timeout=30).json()["results"] == searched
+    # the fronts share their records: a namespace made through one is found through the other
+    assert requests.put(base + "/namespaces/tour", timeout=30).status_code == 201
+    assert requests.get(other + "/namespaces/tour", timeout=30).status_code == 200
     assert requests.delete(other + "/store", timeout=30).status_code == 200
     assert requests.get(base + "/health", timeout=10).json()["items"] == 0
     for front in (first, second):

@@ -85,7 +85,11 @@ class ShardedCollection:
         self._all("set_index", kind)
 
     def info(self) -> CollectionInfo:
-        infos: list[CollectionInfo] = self._all("info")
+        return self._merged(self._all("info"))
+
+    @staticmethod
+    def _merged(infos: list[CollectionInfo]) -> CollectionInfo:
+        """The collection's info from its shards' (in shard order)."""
         fixed = next((i for i in infos if i.dimension is not None), infos[0])
         return CollectionInfo(
             fixed.dimension,
@@ -121,7 +125,8 @@ class ShardedCollection:
                 f"vector {bad} (id {ids[bad]!r}) has a non-finite value or is too close "
                 "to zero to have a direction"
             )
-        info = self.info()
+        per_shard: list[CollectionInfo] = self._all("info")
+        info = self._merged(per_shard)
         settings = {"dimension": info.dimension, "mode": info.mode}
         settings["embedding_model"] = info.embedding_model
         check_settings(settings, mode, int(vectors.shape[1]), embedding_model)
@@ -141,8 +146,9 @@ class ShardedCollection:
             )
             for n, positions in self._split(ids).items()
         }
-        self._run("upsert", parts)
-        return len(self)
+        # each shard written answers its new count: the total needs no further round
+        counts = dict(zip(parts, self._run("upsert", parts), strict=True))
+        return sum(counts.get(n, i.items) for n, i in enumerate(per_shard))
 
     def delete(self, ids: Sequence[str]) -> tuple[int, list[str]]:
         unique = list(dict.fromkeys(ids))

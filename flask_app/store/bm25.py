@@ -96,11 +96,10 @@ def rescored(db: sqlite3.Connection, words: Sequence[str], total: LexicalStats) 
     # the rows each word matched are its hits: no second count per word
     local = LexicalStats(rows, tokens, tuple(len(f) for f in found))
     freqs: dict[str, list[float]] = {}
-    lengths: dict[str, int] = {}
+    sizes = _row_lengths(db, {rowid for matched in found for rowid, _, _ in matched})
+    lengths = {item_id: sizes.get(rowid, 0) for matched in found for rowid, item_id, _ in matched}
     for n, matched in enumerate(found):
-        for rowid, item_id, score in matched:
-            if item_id not in lengths:
-                lengths[item_id] = _row_length(db, rowid)
+        for _, item_id, score in matched:
             # FTS5 scored this row for this one word with the shard's own
             # statistics: undo them to recover the word's count in the row
             d = lengths[item_id]
@@ -122,6 +121,16 @@ def rescored(db: sqlite3.Connection, words: Sequence[str], total: LexicalStats) 
     return out
 
 
-def _row_length(db: sqlite3.Connection, rowid: int) -> int:
-    row = db.execute("SELECT sz FROM items_fts_docsize WHERE id = ?", (rowid,)).fetchone()
-    return sum(_varints(row[0])) if row else 0
+def _row_lengths(db: sqlite3.Connection, rowids: set[int]) -> dict[int, int]:
+    """Token counts of the text index's rows `rowids`, 500 per query
+    (SQLite's bound-parameter limit)."""
+    wanted = sorted(rowids)
+    out: dict[int, int] = {}
+    for lo in range(0, len(wanted), 500):
+        part = wanted[lo : lo + 500]
+        marks = ",".join("?" * len(part))
+        for rowid, size in db.execute(
+            f"SELECT id, sz FROM items_fts_docsize WHERE id IN ({marks})", part
+        ):
+            out[rowid] = sum(_varints(size))
+    return out
