@@ -133,6 +133,18 @@ class Index:
         allow: Sequence[str] | None = None,
     ) -> tuple[list[str], npt.NDArray[np.float32]]:
         """Top-k ids and scores for `query`, best first (ties: earlier insert)."""
+    def rescorable(
+        self,
+        query: _Vector,
+        k: int,
+        *,
+        mode: str = "exact",
+        oversample: int = 4,
+        allow: Sequence[str] | None = None,
+    ) -> tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """The candidates `search` rescores (int8, binary: the best k x
+        oversample by the approximate score; exact: the top k), best first,
+        with their approximate and exact scores."""
     def search_batch(
         self, queries: _Matrix, k: int, *, mode: str = "exact", oversample: int = 4
     ) -> list[tuple[list[str], npt.NDArray[np.float32]]]:

@@ -108,21 +108,48 @@ def test_bm25_and_hybrid_retrieval_equal_one_node_on_the_evaluation_sets(
         assert hybrid(sharded, q, question["q"], 5) == hybrid(one, q, question["q"], 5)
 
 
-def test_int8_rescoring_over_shards_is_never_worse_than_one_node(
-    pair: tuple[ShardedCollection, Store],
+@pytest.mark.parametrize("kind", ["int8", "binary"])
+@pytest.mark.parametrize("set_name", ["python-reference", "town-notices"])
+def test_int8_and_binary_search_over_shards_equal_one_node(
+    pair: tuple[ShardedCollection, Store], kind: str, set_name: str
 ) -> None:
-    """Each shard keeps its own k × oversample candidates: their union holds
-    every candidate one node keeps, so each rank's score is at least one node's."""
-    _, embedder = load_both(pair, "python-reference")
+    """The shards' candidates merged as one index picks them: its best
+    k × oversample by the approximate score, then the best k by the exact one."""
+    ids, embedder = load_both(pair, set_name)
     sharded, one = pair[0], pair[1].collection("tests", "c")
-    sharded.set_index("int8")
-    one.set_index("int8")
-    assert sharded.index_kind == "int8" and sharded.info().index == "int8"
-    for question in eval_sets.load("python-reference").questions:
+    sharded.set_index(kind)
+    one.set_index(kind)
+    assert sharded.index_kind == kind and sharded.info().index == kind
+    allowed = set(ids[::3])
+    for question in eval_sets.load(set_name).questions:
         q = embedder.embed([question["q"]])[0]
-        got, want = sharded.search(q, 10), one.search(q, 10)
-        assert len(got) == len(want)
-        assert all(g.score >= w.score - 1e-6 for g, w in zip(got, want, strict=True))
+        for k in (1, 5, 10):
+            assert sharded.search(q, k) == one.search(q, k), (question["q"], k)
+        half = {"half": 1}
+        assert sharded.search(q, 5, metadata=half) == one.search(q, 5, metadata=half)
+        assert sharded.search(q, 5, only=allowed) == one.search(q, 5, only=allowed)
+
+
+@pytest.mark.parametrize("kind", ["f32", "int8"])
+def test_ties_over_shards_equal_one_node(pair: tuple[ShardedCollection, Store], kind: str) -> None:
+    """Exact duplicates uploaded out of id order among random vectors: equal
+    scores are ordered by id, in one process and over shards. (Binary indexes
+    cut their candidates in row order: docs/cluster.md.)"""
+    sharded, one = pair[0], pair[1].collection("tests", "c")
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((3000, 64)).astype(np.float32)
+    vectors[2000:2040] = vectors[0]  # 41 copies of one vector
+    ids = [f"r{n:04d}" for n in range(3000)][::-1]  # written in reverse id order
+    for target in (sharded, one):
+        target.upsert(ids, vectors, [""] * 3000, [None] * 3000, mode="vector", embedding_model=None)
+        target.set_index(kind)
+    for n in range(40):
+        q = rng.standard_normal(64).astype(np.float32) if n else vectors[0]
+        for k in (1, 10, 30):
+            got, want = sharded.search(q, k), one.search(q, k)
+            assert got == want, (kind, n, k)
+    copies = one.search(vectors[0], 5)
+    assert [h.id for h in copies] == sorted(h.id for h in copies)  # the tie: by id
 
 
 def test_pages_deletes_items_and_cosines_equal_one_node(

@@ -175,3 +175,24 @@ def test_metadata_filter_follows_replacements_and_deletes(tmp_path: Path) -> Non
     c.delete(["b"])
     assert c.matching_ids({"tag": "x"}) == []
     assert [h.id for h in c.search(v[0], 4, metadata={})] == [h.id for h in c.search(v[0], 4)]
+
+
+@pytest.mark.parametrize("kind", ["f32", "int8", "binary"])
+def test_equal_scores_are_ordered_by_id_whatever_the_write_order(tmp_path: Path, kind: str) -> None:
+    """The order a cluster's shards can reproduce (each has its own rows)."""
+    collection = Store(tmp_path).collection("ns", "c")
+    rng = np.random.default_rng(3)
+    others = rng.standard_normal((200, 16)).astype(np.float32)
+    same = np.tile(rng.standard_normal(16).astype(np.float32), (5, 1))
+    ids = ["e", "c", "a", "d", "b"] + [f"x{n}" for n in range(200)]
+    collection.upsert(
+        ids,
+        np.vstack([same, others]),
+        [""] * 205,
+        [None] * 205,
+        mode="vector",
+        embedding_model=None,
+    )
+    collection.set_index(kind)
+    assert [h.id for h in collection.search(same[0], 5)] == ["a", "b", "c", "d", "e"]
+    assert [h.id for h in collection.search(same[0], 2)] == ["a", "b"]  # the tie straddles the cut

@@ -11,9 +11,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flask_app.store import CollectionInfo, Hit, Item, MetadataValue, Store
+from flask_app.index_kinds import INDEX_KINDS
+from flask_app.store import CollectionInfo, Hit, Item, MetadataValue, Store, ranking
 from flask_app.store.bm25 import LexicalStats
 from flask_app.store.collection import Vectors
+from flask_app.store.ranking import Candidate
 
 
 class LayoutMismatch(RuntimeError):
@@ -82,7 +84,7 @@ class Shard:
     def matching_ids(self, ns: str, name: str, metadata: Mapping[str, MetadataValue]) -> list[str]:
         return self.store.collection(ns, name).matching_ids(metadata)
 
-    def search(
+    def search_rescorable(
         self,
         ns: str,
         name: str,
@@ -90,8 +92,17 @@ class Shard:
         k: int,
         metadata: Mapping[str, MetadataValue] | None,
         only: set[str] | None,
-    ) -> list[Hit]:
-        return self.store.collection(ns, name).search(query, k, metadata=metadata, only=only)
+    ) -> tuple[int, list[Hit], list[Candidate]]:
+        """(oversample, hits, candidates): the collection's oversample (1 for
+        f32), the rows of its own top k (those the merge most likely keeps),
+        and its candidates with their approximate and exact scores."""
+        collection = self.store.collection(ns, name)
+        _, oversample = INDEX_KINDS[collection.index_kind]
+        found = collection.rescorable(query, k, metadata=metadata, only=only)
+        top = ranking.best(found, k)
+        rows = collection.items([i for i, _, _ in top])
+        hits = [Hit(i, exact, rows[i].text, rows[i].metadata) for i, _, exact in top if i in rows]
+        return oversample, hits, found
 
     def lexical_stats(self, ns: str, name: str, words: Sequence[str]) -> LexicalStats:
         return self.store.collection(ns, name).lexical_stats(words)

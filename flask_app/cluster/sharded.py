@@ -27,9 +27,11 @@ from flask_app.store import (
     Item,
     MetadataValue,
     VectorRejected,
+    ranking,
 )
 from flask_app.store.bm25 import LexicalStats
 from flask_app.store.collection import Vectors, check_settings
+from flask_app.store.ranking import Candidate
 from flask_app.store.unit import unit_rows
 
 
@@ -183,11 +185,26 @@ class ShardedCollection:
         metadata: Mapping[str, MetadataValue] | None = None,
         only: AbstractSet[str] | None = None,
     ) -> list[Hit]:
-        parts: list[list[Hit]] = self._scatter(
-            "search", only, query, k, dict(metadata) if metadata else None
+        parts: list[tuple[int, list[Hit], list[Candidate]]] = self._scatter(
+            "search_rescorable", only, query, k, dict(metadata) if metadata else None
         )
-        hits = [h for part in parts for h in part]
-        return sorted(hits, key=lambda h: (-h.score, h.id))[:k]
+        if not parts:
+            return []
+        # as one collection ranks (`ranking`): its best k × oversample by the
+        # approximate score are among its shards' own, then the best k of
+        # those by the exact score
+        oversample = max(part[0] for part in parts)
+        found = {h.id: h for _, hits, _ in parts for h in hits}
+        every = [c for _, _, part in parts for c in part]
+        top = ranking.best(ranking.cut(every, k * oversample), k)
+        missing = [i for i, _, _ in top if i not in found]
+        if missing:  # kept by the merge, though not among its own shard's top k
+            found.update(
+                {i: Hit(i, 0.0, r.text, r.metadata) for i, r in self.items(missing).items()}
+            )
+        return [
+            Hit(i, exact, found[i].text, found[i].metadata) for i, _, exact in top if i in found
+        ]
 
     def lexical_search(
         self,

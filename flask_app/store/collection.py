@@ -50,7 +50,7 @@ import numpy.typing as npt
 
 from flask_app import simcore
 from flask_app.index_kinds import DEFAULT_INDEX, INDEX_KINDS
-from flask_app.store import bm25
+from flask_app.store import bm25, ranking
 from flask_app.store.errors import (
     CapacityError,
     ClearedError,
@@ -588,26 +588,55 @@ class Collection:
     ) -> list[Hit]:
         """Top-k by cosine similarity (raw inner product of unit vectors),
         among the items matching `metadata` and (when given) in `only`; the
-        collection's index kind decides how the rows are scanned."""
+        collection's index kind decides how the rows are scanned; equal
+        scores are ordered by id (`ranking`)."""
         with self._reading():
-            if self._index is None:
+            scan = self._scan(query, metadata, only)
+            if scan is None:
                 return []
-            index = self._index
-            unit, bad = unit_rows(query.reshape(1, -1))
-            q = query if bad is not None else unit[0]  # float64 norm: 1e30 does not overflow
-            allow = self.matching_ids(metadata) if metadata else None
-            if only is not None:
-                allow = sorted(only) if allow is None else [i for i in allow if i in only]
-            if allow is not None and not allow:
+            index, q, allow = scan
+            top = ranking.best(ranking.candidates(index, q, k, self.index_kind, allow), k)
+            rows = self._rows([i for i, _, _ in top])
+        return [Hit(i, exact, rows[i].text, rows[i].metadata) for i, _, exact in top if i in rows]
+
+    def rescorable(
+        self,
+        query: Vectors,
+        k: int,
+        *,
+        metadata: Mapping[str, MetadataValue] | None = None,
+        only: AbstractSet[str] | None = None,
+    ) -> list[tuple[str, float, float]]:
+        """The candidates `search` ranks, as (id, approximate score, exact
+        score) in `ranking`'s order: for an int8 or binary index its best
+        k × oversample before rescoring, for f32 its top k. A collection split
+        over shards picks its candidates and its top k from its shards' as
+        one collection does."""
+        with self._reading():
+            scan = self._scan(query, metadata, only)
+            if scan is None:
                 return []
-            mode, oversample = INDEX_KINDS[self.index_kind]
-            ids, scores = index.search(q, k, mode=mode, oversample=oversample, allow=allow)
-            rows = self._rows(ids)
-        return [
-            Hit(i, float(s), rows[i].text, rows[i].metadata)
-            for i, s in zip(ids, scores, strict=True)
-            if i in rows
-        ]
+            index, q, allow = scan
+            return ranking.candidates(index, q, k, self.index_kind, allow)
+
+    def _scan(
+        self,
+        query: Vectors,
+        metadata: Mapping[str, MetadataValue] | None,
+        only: AbstractSet[str] | None,
+    ) -> tuple[simcore.Index, Vectors, list[str] | None] | None:
+        """The index, the unit query and the allowed ids of a search (None:
+        nothing can match)."""
+        if self._index is None:
+            return None
+        unit, bad = unit_rows(query.reshape(1, -1))
+        q = query if bad is not None else unit[0]  # float64 norm: 1e30 does not overflow
+        allow = self.matching_ids(metadata) if metadata else None
+        if only is not None:
+            allow = sorted(only) if allow is None else [i for i in allow if i in only]
+        if allow is not None and not allow:
+            return None
+        return self._index, q, allow
 
     def _allowed(
         self, metadata: Mapping[str, MetadataValue] | None, only: AbstractSet[str] | None

@@ -682,6 +682,49 @@ impl Index {
         mode: Mode,
         allow: Option<&[u32]>,
     ) -> Result<Vec<Hit>, SimcoreError> {
+        let found = self.candidates(q, k, mode, allow)?;
+        Ok(match mode {
+            Mode::Exact => found,
+            Mode::Int8 { .. } | Mode::Binary { .. } => self.rescore(Kernels::get(), q, k, found),
+        })
+    }
+
+    /// The candidates an int8 or binary search rescores — the best
+    /// `k × oversample` by the approximate score, best first, each with that
+    /// score and its exact one (the same values `search` ranks them by) — so
+    /// that a collection split over several indexes can pick the candidates
+    /// and the top k exactly as one index would. Exact mode: the top k, both
+    /// scores exact.
+    pub fn rescorable(
+        &self,
+        q: &[f32],
+        k: usize,
+        mode: Mode,
+        allow: Option<&[u32]>,
+    ) -> Result<Vec<(Hit, f32)>, SimcoreError> {
+        let found = self.candidates(q, k, mode, allow)?;
+        let kernels = Kernels::get();
+        Ok(found
+            .into_iter()
+            .map(|hit| match mode {
+                Mode::Exact => (hit, hit.score),
+                Mode::Int8 { .. } | Mode::Binary { .. } => (
+                    hit,
+                    (kernels.dot_f32)(q, &self.f32.row(view_f32, hit.row)[..self.dim]),
+                ),
+            })
+            .collect())
+    }
+
+    /// Exact top-k, or the approximate modes' best `k × oversample` by their
+    /// approximate score (before rescoring).
+    fn candidates(
+        &self,
+        q: &[f32],
+        k: usize,
+        mode: Mode,
+        allow: Option<&[u32]>,
+    ) -> Result<Vec<Hit>, SimcoreError> {
         self.check_query(q)?;
         if let Some(rows) = allow
             && let Some(&bad) = rows.iter().find(|&&r| r as usize >= self.rows())
@@ -700,10 +743,9 @@ impl Index {
                 let (codes, _) = quant::max_scale(q);
                 let qi = QueryI8::new(codes);
                 let wide = k.saturating_mul(oversample.max(1));
-                let candidates = self.collect(allow, wide, self.stride_i8, |lo, hi, top| {
+                self.collect(allow, wide, self.stride_i8, |lo, hi, top| {
                     self.scan_i8(kernels, &qi, lo, hi, allow, top)
-                });
-                self.rescore(kernels, q, k, candidates)
+                })
             }
             Mode::Binary { oversample } => {
                 let Some(bits) = self.bits.as_ref() else {
@@ -713,10 +755,9 @@ impl Index {
                 };
                 let qw = binary::sign_words(q, bits.words());
                 let wide = k.saturating_mul(oversample.max(1));
-                let candidates = self.collect(allow, wide, bits.words() * 8, |lo, hi, top| {
+                self.collect(allow, wide, bits.words() * 8, |lo, hi, top| {
                     self.scan_bits(kernels, bits, &qw, lo, hi, allow, top)
-                });
-                self.rescore(kernels, q, k, candidates)
+                })
             }
         })
     }

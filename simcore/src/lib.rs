@@ -309,6 +309,14 @@ mod python {
             }
         }
 
+        /// Row numbers of `ids` (unknown ids left out), ascending, once each.
+        fn rows_of(index: &CoreIndex, ids: &[String]) -> Vec<u32> {
+            let mut rows: Vec<u32> = ids.iter().filter_map(|id| index.row_of(id)).collect();
+            rows.sort_unstable();
+            rows.dedup();
+            rows
+        }
+
         fn owned_hits(index: &CoreIndex, hits: &[Hit]) -> (Vec<String>, Vec<f32>) {
             let ids = hits.iter().map(|h| index.id_of(h.row).to_owned()).collect();
             (ids, hits.iter().map(|h| h.score).collect())
@@ -462,18 +470,50 @@ mod python {
             self.codes_for(py, mode);
             let (ids, scores) = self
                 .reading(py, |index| {
-                    let rows: Option<Vec<u32>> = allow.map(|ids| {
-                        let mut rows: Vec<u32> =
-                            ids.iter().filter_map(|id| index.row_of(id)).collect();
-                        rows.sort_unstable();
-                        rows.dedup();
-                        rows
-                    });
+                    let rows = allow.map(|ids| Self::rows_of(index, &ids));
                     let hits = index.search(&query, k, mode, rows.as_deref())?;
                     Ok(Self::owned_hits(index, &hits))
                 })
                 .map_err(to_py)?;
             Ok((ids, scores.into_pyarray(py)))
+        }
+
+        /// The candidates `search` would rescore (int8, binary: the best
+        /// k x oversample by the approximate score; exact: the top k), best
+        /// first, with their approximate and exact scores: an index split in
+        /// parts picks the same candidates and top k as one index from these.
+        #[pyo3(signature = (query, k, *, mode = "exact", oversample = 4, allow = None))]
+        fn rescorable<'py>(
+            &self,
+            py: Python<'py>,
+            query: PyArrayLike1<'py, f32, AllowTypeChange>,
+            k: usize,
+            mode: &str,
+            oversample: usize,
+            allow: Option<Vec<String>>,
+        ) -> PyResult<(
+            Vec<String>,
+            Bound<'py, PyArray1<f32>>,
+            Bound<'py, PyArray1<f32>>,
+        )> {
+            check_k(k)?;
+            let mode = parse_mode(mode, oversample)?;
+            let query = vector(&query);
+            self.codes_for(py, mode);
+            let (ids, approx, exact) = self
+                .reading(py, |index| {
+                    let rows = allow.map(|ids| Self::rows_of(index, &ids));
+                    let found = index.rescorable(&query, k, mode, rows.as_deref())?;
+                    let hits: Vec<Hit> = found.iter().map(|(hit, _)| *hit).collect();
+                    let (ids, approx) = Self::owned_hits(index, &hits);
+                    Ok((
+                        ids,
+                        approx,
+                        found.iter().map(|(_, e)| *e).collect::<Vec<f32>>(),
+                    ))
+                })
+                .map_err(to_py)?;
+            Ok((ids, approx.into_pyarray(py), exact.into_pyarray(py)))
         }
 
         /// Top-k for each row of `queries` (nq x dim) in one pass over memory.

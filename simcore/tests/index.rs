@@ -176,6 +176,36 @@ fn int8_rescored_search_recalls_exact_results() {
 }
 
 #[test]
+fn rescorable_candidates_are_what_search_ranks() {
+    let dim = 64;
+    let mut index = Index::new(dim).unwrap();
+    let data = vectors(3000, dim, 5);
+    index.upsert(&ids(0..3000), &data).unwrap();
+    index.build_binary();
+    for q in vectors(10, dim, 6).chunks(dim) {
+        for (mode, wide) in [
+            (Mode::Exact, 10),
+            (Mode::Int8 { oversample: 4 }, 40),
+            (Mode::Binary { oversample: 8 }, 80),
+        ] {
+            let found = index.rescorable(q, 10, mode, None).unwrap();
+            assert_eq!(found.len(), wide);
+            // best approximate first, each with its exact score
+            assert!(found.windows(2).all(|w| w[0].0.score >= w[1].0.score));
+            for (hit, exact) in &found {
+                assert!((exact - exact_dot(&data, dim, hit.row, q)).abs() < 1e-4);
+            }
+            // search's top 10 are the candidates' 10 best exact scores, bit for bit
+            let mut by_exact: Vec<(f32, usize)> = found.iter().map(|(h, e)| (*e, h.row)).collect();
+            by_exact.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let searched = index.search(q, 10, mode, None).unwrap();
+            let want: Vec<(f32, usize)> = searched.iter().map(|h| (h.score, h.row)).collect();
+            assert_eq!(by_exact[..10], want[..]);
+        }
+    }
+}
+
+#[test]
 fn filtered_search_only_returns_allowed_rows() {
     let dim = 8;
     let mut index = Index::new(dim).unwrap();
