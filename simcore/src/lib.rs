@@ -65,6 +65,12 @@ mod python {
 
     type Scored<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<f32>>);
     type IdsScores<'py> = (Vec<String>, Bound<'py, PyArray1<f32>>);
+    /// Ids with their approximate and exact scores.
+    type IdsTwoScores<'py> = (
+        Vec<String>,
+        Bound<'py, PyArray1<f32>>,
+        Bound<'py, PyArray1<f32>>,
+    );
 
     /// Owned copy of a 2-D float array plus its column count.
     /// The rows of a 2-D array in row-major order, borrowed when the array is
@@ -491,11 +497,7 @@ mod python {
             mode: &str,
             oversample: usize,
             allow: Option<Vec<String>>,
-        ) -> PyResult<(
-            Vec<String>,
-            Bound<'py, PyArray1<f32>>,
-            Bound<'py, PyArray1<f32>>,
-        )> {
+        ) -> PyResult<IdsTwoScores<'py>> {
             check_k(k)?;
             let mode = parse_mode(mode, oversample)?;
             let query = vector(&query);
