@@ -140,7 +140,8 @@ class Jobs:
             return False
         checked, asked = self._cancel
         if not asked and time.monotonic() - checked > _CANCEL_CHECK_S:
-            asked = self.table.renew(current.id, self.runner, LEASE_S)
+            # a read, not the lease's fsync'd renewal: handlers ask per token
+            asked = self.table.cancel_asked(current.id)
             self._cancel = (time.monotonic(), asked)
         return asked
 
@@ -216,6 +217,9 @@ class Jobs:
         over a job whose lease runs out)."""
         while not stop.wait(LEASE_S / 6):
             try:
-                self.table.renew(job_id, self.runner, LEASE_S)
+                asked = self.table.renew(job_id, self.runner, LEASE_S)
+                current = self._current
+                if asked and current is not None and current.id == job_id:
+                    self._cancel = (time.monotonic(), True)
             except Exception as exc:  # the table is unreachable: the job goes on
                 _log.warning("renewing job %s: %s", job_id, exc)

@@ -175,6 +175,12 @@ class JobTable:
             row = db.execute("SELECT cancel FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return bool(row and row[0])
 
+    def cancel_asked(self, job_id: str) -> bool:
+        """Whether the job was asked to stop (a read: its worker asks often)."""
+        with self._db() as db:
+            row = db.execute("SELECT cancel FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return bool(row and row[0])
+
     def release(self, job_id: str, runner: str) -> None:
         """Give a claimed job back to run later (CANCELLED if it was asked to stop)."""
         with self._db() as db:
