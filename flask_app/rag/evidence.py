@@ -1,17 +1,18 @@
 """Evidence selection below the passage level.
 
 The retrieved passages are cut into units (paragraphs, sentences); each unit
-is scored by how much of the question's content words (weighted by rarity
-among the units) it contains. (Scoring units by embedding as well bought
-nothing on the dev sets and cost ~0.5 s per question: docs/answer-quality.md.) The few
-best units, each with its neighbours (a definition's heading, a following
-"it defaults to..."), become the prompt's text instead of whole passages:
-the small model sees the lines that answer, and the prompt stays short.
+is scored half by meaning (the cosine of its embedding and the question's,
+when the caller can measure it; the vectors are remembered across questions,
+`unit_vectors.py`) and half by how much of the question's content words
+(weighted by rarity among the units) it contains. The few best units, each
+with its neighbours (a definition's heading, a following "it defaults
+to..."), become the prompt's text instead of whole passages: the small model
+sees the lines that answer, and the prompt stays short.
 
-The best unit's score is also the answerability signal: below the threshold
-the pipeline answers with the fixed no-information sentence without asking
-the model. Every selected piece keeps its passage id and code-point span, so
-citations point at the exact text the answer rests on.
+The best unit's score is reported with the answer (`evidence_score`); it
+decides nothing (a question asked in other words than its passage shares few
+of its words). Every selected piece keeps its passage id and code-point
+span, so citations point at the exact text the answer rests on.
 """
 
 from __future__ import annotations

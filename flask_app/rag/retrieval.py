@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from flask_app import simcore
 from flask_app.inference.embed import Embedder
+from flask_app.rag import unit_vectors
 from flask_app.rag.pipeline import cut_to_tokens
 from flask_app.rag.text import STOPWORDS, term_set, terms, words
 from flask_app.store import Hit
@@ -92,7 +93,7 @@ class Retriever(Protocol):
 def _cosines(embedder: Embedder, vector: Vector, texts: Sequence[str]) -> list[float]:
     limit = embedder.max_tokens - 2
     fitted = [cut_to_tokens(t, limit, embedder.count_tokens) or t[:200] for t in texts]
-    rows = embedder.embed(fitted)
+    rows = unit_vectors.of(embedder).embed(embedder, fitted)
     return [float(c) for c in rows @ vector]
 
 
