@@ -45,6 +45,12 @@ def test_remembered_vectors_are_the_embedders_and_each_text_is_embedded_once() -
     assert cache.embed(embedder, []).shape == (0, embedder.dim)
 
 
+def test_a_remembered_vector_does_not_hold_its_batchs_array() -> None:
+    cache = UnitVectors()
+    cache.embed(HashEmbedder(), ["first unit", "second unit"])
+    assert all(row.base is None for row in cache._rows.values())
+
+
 def test_the_least_recently_used_text_is_forgotten_first() -> None:
     embedder, cache = CountingEmbedder(), UnitVectors(capacity=2)
     cache.embed(embedder, ["a one", "b two"])

@@ -44,7 +44,8 @@ class UnitVectors:
             rows = embedder.embed(missing)
             with self._lock:
                 for text, row in zip(missing, rows, strict=True):
-                    known[text] = self._rows[text] = row
+                    # a copy: a view would keep its whole batch's array alive
+                    known[text] = self._rows[text] = row.copy()
                     self._rows.move_to_end(text)
                 while len(self._rows) > self.capacity:
                     self._rows.popitem(last=False)
