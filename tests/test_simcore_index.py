@@ -157,9 +157,11 @@ def test_quantizers_follow_the_spec_example() -> None:
 
 def test_two_searches_on_two_threads_overlap_in_time() -> None:
     rng = np.random.default_rng(5)
-    index = make_index(rng.standard_normal((60_000, 384)).astype(np.float32))
+    # 3 MB of rows stay in cache: each scan is bound by compute, not by the
+    # memory bandwidth two scans of a large index would share
+    index = make_index(rng.standard_normal((2_000, 384)).astype(np.float32))
     index.threads = 1  # one core per search, so overlap shows as parallel speed-up
-    queries = rng.standard_normal((48, 384)).astype(np.float32)
+    queries = rng.standard_normal((1_500, 384)).astype(np.float32)
 
     def one_attempt() -> tuple[float, float]:
         start = time.perf_counter()
@@ -185,8 +187,8 @@ def test_two_searches_on_two_threads_overlap_in_time() -> None:
 
     # With the GIL held the two calls run back to back: about 2x one call, in
     # every attempt. Released, they share the two cores; a busy neighbour on a
-    # shared host can slow one attempt, so the best of three counts.
-    attempts = [one_attempt() for _ in range(3)]
+    # shared host can slow one attempt, so the best of five counts.
+    attempts = [one_attempt() for _ in range(5)]
     best = min(both / single for both, single in attempts)
     assert best < 1.6, f"two parallel searches took {best:.2f}x one search: {attempts}"
 
