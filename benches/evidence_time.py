@@ -48,7 +48,7 @@ def run_set(name: str, split: str) -> dict[str, Any]:
             for variant in ("plain", "remembered"):  # in turn, so noise hits both alike
                 # plain: nothing remembered from one question to the next
                 cache = remembered if variant == "remembered" else unit_vectors.UnitVectors()
-                unit_vectors._BY_EMBEDDER[embedder] = cache
+                unit_vectors.remember_in(embedder, cache)
                 start = time.perf_counter()
                 vector = embedder.embed([query])[0]
                 retriever = retrieval.StoredCollection(collection, vector, embedder=embedder)

@@ -66,8 +66,8 @@ def test_each_embedder_has_its_own_map() -> None:
     one, other = HashEmbedder(dim=8), HashEmbedder(dim=16)
     assert unit_vectors.of(one) is unit_vectors.of(one)
     assert unit_vectors.of(one) is not unit_vectors.of(other)
-    assert unit_vectors.of(other).embed(other, ["same text"]).shape == (1, 16)
-    assert unit_vectors.of(one).embed(one, ["same text"]).shape == (1, 8)
+    assert unit_vectors.embed(other, ["same text"]).shape == (1, 16)
+    assert unit_vectors.embed(one, ["same text"]).shape == (1, 8)
 
 
 def test_two_answers_about_the_same_passage_embed_its_units_once(tmp_path: Path) -> None:

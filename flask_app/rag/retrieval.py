@@ -93,7 +93,7 @@ class Retriever(Protocol):
 def _cosines(embedder: Embedder, vector: Vector, texts: Sequence[str]) -> list[float]:
     limit = embedder.max_tokens - 2
     fitted = [cut_to_tokens(t, limit, embedder.count_tokens) or t[:200] for t in texts]
-    rows = unit_vectors.of(embedder).embed(embedder, fitted)
+    rows = unit_vectors.embed(embedder, fitted)
     return [float(c) for c in rows @ vector]
 
 

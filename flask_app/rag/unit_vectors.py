@@ -66,3 +66,17 @@ def of(embedder: Embedder) -> UnitVectors:
         if cache is None:
             cache = _BY_EMBEDDER[embedder] = UnitVectors()
         return cache
+
+
+def remember_in(embedder: Embedder, vectors: UnitVectors) -> None:
+    """From now on `embedder`'s unit vectors are remembered in `vectors`
+    (benches/evidence_time.py times a fresh map against a warm one)."""
+    with _BY_EMBEDDER_LOCK:
+        _BY_EMBEDDER[embedder] = vectors
+
+
+def embed(embedder: Embedder, texts: Sequence[str]) -> Vectors:
+    """`embedder.embed(texts)`, through the vectors remembered for `embedder`.
+    (A map cannot hold its embedder: a WeakKeyDictionary value that refers to
+    its key keeps the key alive.)"""
+    return of(embedder).embed(embedder, texts)
