@@ -32,14 +32,16 @@ class Services:
     collections: FileCollections | None = None  # created with the app when not given
 
 
-def _require(path_desc: str, path: object) -> None:
+def _require(path_desc: str, path: object, pull: str | None = "edgerag pull") -> None:
+    """`pull`: the command that fetches the missing file (None: a file the
+    user named, which no pull makes)."""
     from pathlib import Path
 
     assert isinstance(path, Path)
     if not path.is_file():
+        fix = f"Run `{pull}`, or pass" if pull else "Pass"
         raise ModelMissing(
-            f"{path_desc} not found: {path}. Run `edgerag pull` for the default models, "
-            "or pass a GGUF file with --model / --embed-model."
+            f"{path_desc} not found: {path}. {fix} a GGUF file with --model / --embed-model."
         )
 
 
@@ -76,7 +78,8 @@ def load_services(settings: Settings) -> Services:
     llm = None
     if not settings.no_llm:
         path = settings.llm_path()
-        _require("LLM model file", path)
+        preset = settings.llm_preset()
+        _require("LLM model file", path, f"edgerag pull --llm {preset.name}" if preset else None)
         _log.info("loading LLM %s", path)
         backend: Backend
         replicas = 1
