@@ -122,8 +122,10 @@ def serve_in_thread(app: Flask, threads: int = 4) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         stopping.set()
-        server.close()
+        # workers first, as waitress's own close does: a response still being
+        # written pulls the trigger, which server.close() closes
         server.task_dispatcher.shutdown(timeout=2)
+        server.close()
         thread.join(2)
         for channel in list(server._map.values()):  # connections still open (clients that left)
             channel.close()
