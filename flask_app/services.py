@@ -78,8 +78,8 @@ def load_services(settings: Settings) -> Services:
     llm = None
     if not settings.no_llm:
         path = settings.llm_path()
-        preset = settings.llm_preset()
-        _require("LLM model file", path, f"edgerag pull --llm {preset.name}" if preset else None)
+        chosen = settings.llm_preset()
+        _require("LLM model file", path, f"edgerag pull --llm {chosen.name}" if chosen else None)
         _log.info("loading LLM %s", path)
         backend: Backend
         replicas = 1
@@ -104,7 +104,6 @@ def load_services(settings: Settings) -> Services:
                 n_threads=settings.llm_threads,
                 model_id=settings.model_id,
             )
-        chosen = settings.llm_preset()
         llm = LLM(
             backend,
             max_waiters=settings.queue_size,
