@@ -70,11 +70,21 @@ def load_services(settings: Settings) -> Services:
             search_threads=settings.search_threads,
             edge_index=settings.store_index,
         )
-    if settings.store_index:
-        # a binary index builds its codes now, not on the first search; a
-        # damaged store is refused on its own (/health lists it), the rest serves
-        with contextlib.suppress(CollectionUnavailable):
-            store.edge()
+    try:
+        if settings.store_index:
+            # a binary index builds its codes now, not on the first search; a
+            # damaged store is refused on its own (/health lists it), the rest serves
+            with contextlib.suppress(CollectionUnavailable):
+                store.edge()
+        llm, embedder = _load_models(settings)
+    except BaseException:
+        store.close()  # a missing model must not keep the data directory locked
+        raise
+    return Services(store=store, llm=llm, embedder=embedder, records=records)
+
+
+def _load_models(settings: Settings) -> tuple[LLM | None, Embedder | None]:
+    embed_pull = None if settings.embed_model else "edgerag pull"  # a file the user named
     llm = None
     if not settings.no_llm:
         path = settings.llm_path()
@@ -87,7 +97,7 @@ def load_services(settings: Settings) -> Services:
             from flask_app.cluster.replica import ReplicaBackend
 
             if not settings.no_embedder:  # the replicas load it too
-                _require("embedding model file", settings.embed_path())
+                _require("embedding model file", settings.embed_path(), embed_pull)
             backend = ReplicaBackend.start(
                 path,
                 n_ctx=settings.n_ctx,
@@ -114,7 +124,7 @@ def load_services(settings: Settings) -> Services:
     embedder: Embedder | None = None
     if not settings.no_embedder:
         path = settings.embed_path()
-        _require("embedding model file", path)
+        _require("embedding model file", path, embed_pull)
         _log.info("loading embedder %s", path)
         gate = llm.gate if llm is not None else None
         embedder = LlamaEmbedder(
@@ -130,4 +140,4 @@ def load_services(settings: Settings) -> Services:
 
             assert isinstance(llm.backend, ReplicaBackend)
             embedder = SpreadEmbedder(embedder, llm.backend.replicas)
-    return Services(store=store, llm=llm, embedder=embedder, records=records)
+    return llm, embedder
