@@ -18,7 +18,8 @@ user would, every question asked through /answer/stream with default
 settings, (surface `lucidworks`) through /ai/prediction/rag, sent with the
 passages the pipeline's retrieval picks for it as the request's documents
 (answerFound must be true with the fact in the answer; an unanswerable
-question must get answerFound false), and (surface `engine`) through
+question must get answerFound false; on every surface an answer that says
+in words that the documents do not answer counts as a refusal), and (surface `engine`) through
 `:answer` over the same passages uploaded as files, where the citations are
 also scored: the share of answers with a valid marker, and the share whose
 cited spans (read back with `:readSpans`) hold the expected fact. Reported
@@ -298,10 +299,10 @@ def run_set(
                 refused = is_refusal(got["answer"])
             elif surface == "lucidworks":
                 got = ask_lucidworks(client, collection, services.embedder, item["q"], extract)
-                refused = not got["found"]
+                refused = not got["found"] or is_refusal(got["answer"])
             else:
                 got = ask_engine(client, collection_name(name), item["q"])
-                refused = not got["found"]
+                refused = not got["found"] or is_refusal(got["answer"])
             expected = item["expect"]
             if expected is None:
                 correct = refused

@@ -149,6 +149,14 @@ class Settings:
             "(default: calibrated for --llm)"
         ),
     )
+    answer_yes_no_quote: float = field(
+        default=0.4,
+        metadata=_help(
+            "a yes-or-no question the gates decline gets the evidence line closest to it "
+            "quoted, said not to answer it directly, when their embedding cosine is at least "
+            "this (0-1); 1 = never (the fixed sentence)"
+        ),
+    )
     context_tokens: int = field(
         default=1024,
         metadata=_help("most tokens of retrieved passages in a prompt (the latency budget)"),
@@ -246,6 +254,7 @@ class Settings:
                 "answer_judge must be 0..1",
             ),
             (0 <= self.answer_candidates <= 100, "answer_candidates must be 0..100"),
+            (0.0 <= self.answer_yes_no_quote <= 1.0, "answer_yes_no_quote must be 0..1"),
             (
                 self.answer_refusal_probability is None
                 or 0.0 <= self.answer_refusal_probability <= 1.0,

@@ -19,7 +19,9 @@ from flask_app.app import create_app
 from flask_app.client import Client, EdgeragError
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
+from flask_app.rag.answer import AnswerConfig
 from flask_app.rag.prompts import JUDGE_QUESTION, NO_CONTEXT_ANSWER
+from flask_app.rag.text import asks_yes_or_no
 from flask_app.services import Services
 from flask_app.settings import Settings
 from flask_app.store import Store
@@ -132,6 +134,55 @@ def test_a_likely_refusal_at_the_first_token_becomes_the_fixed_sentence(tmp_path
     backend.refusal_probability = 0.15
     body = client.post("/answer", json={"query": "Who looks after the crossing?"}).get_json()
     assert body["evidence_score"] < 0.2 and body["answer"] == "It opened in 1998."
+
+
+def test_a_declined_yes_or_no_question_gets_its_closest_evidence_quoted(tmp_path: Path) -> None:
+    """The models decline "Can I …?" over a schedule they cannot read into a
+    yes or no: the closest line is quoted instead of the refusal, said not
+    to be a verdict (the models cannot tell whether it settles the question)."""
+    backend = ScriptedBackend("Yes.", refusal_probability=0.9)
+    client = build(tmp_path, backend).test_client()
+    body = client.post("/answer", json={"query": "Is the museum open on Mondays?"}).get_json()
+    assert body["answer"] == (
+        "The documents do not answer this directly; the closest they come is: "
+        '"The museum is closed on Mondays."'
+    )
+    assert body["sources"][0]["id"] == "museum" and len(backend.prompts) == 1
+    stream = client.post("/answer/stream", json={"query": "Is the museum open on Mondays?"})
+    deltas = [d["delta"] for e, d in events_of(stream.data) if e == "token"]
+    assert "".join(deltas) == events_of(stream.data)[-1][1]["answer"] == body["answer"]
+    # a question that is not yes-or-no keeps the refusal
+    body = client.post("/answer", json={"query": "When is the museum closed?"}).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER
+    # so does a yes-or-no question no line is close to in meaning
+    body = client.post("/answer", json={"query": "Can I pay by card?"}).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER
+    # a model that answers is not overruled
+    backend.refusal_probability = 0.01
+    body = client.post("/answer", json={"query": "Is the museum open on Mondays?"}).get_json()
+    assert body["answer"] == "Yes."
+    # --answer-yes-no-quote 1: never quoted
+    backend.refusal_probability = 0.9
+    never = build(tmp_path / "never", backend, answer_yes_no_quote=1).test_client()
+    body = never.post("/answer", json={"query": "Is the museum open on Mondays?"}).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER
+    assert Settings.load({}, {}).answer_yes_no_quote == AnswerConfig().quote_yes_no
+
+
+@pytest.mark.parametrize(
+    ("question", "yes_or_no"),
+    [
+        ("Can I visit the museum on a Monday?", True),
+        ("Is there parking?", True),
+        ("does the P5 float?", True),
+        ("Should I bring a towel?", True),
+        ("When is the museum closed?", False),
+        ("Canoes: where are they kept?", False),
+        ("", False),
+    ],
+)
+def test_yes_or_no_questions_are_told_by_their_first_word(question: str, yes_or_no: bool) -> None:
+    assert asks_yes_or_no(question) is yes_or_no
 
 
 def test_the_judge_is_asked_on_the_answers_own_prompt_and_can_decline(tmp_path: Path) -> None:

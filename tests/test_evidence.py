@@ -105,6 +105,23 @@ def test_evidence_selection_picks_the_unit_that_answers_with_its_span() -> None:
     assert [p.passage for p in sel.pieces] == [1]
 
 
+def test_the_closest_unit_in_meaning_states_something() -> None:
+    """The closest chosen unit by the caller's cosine, skipping a heading
+    that only names the subject; none without cosines."""
+    sheet = "Pulse P3 earbuds.\n\nRated IPX4: safe with sweat and rain, but not for swimming."
+    hours = "The pool is open Monday to Friday from 7:00 to 21:00."
+    cosines = {"Pulse P3 earbuds.": 0.9, hours: 0.2}
+
+    def closeness(texts: Sequence[str]) -> list[float]:
+        return [cosines.get(t, 0.5) for t in texts]
+
+    question = "Can I wear my P3 earbuds in the pool?"
+    sel = evidence.select(question, [sheet, hours], evidence.Scoring(), closeness)
+    assert sel.closest is not None and sel.closest.text.startswith("Rated IPX4")
+    assert sel.closest_meaning == 0.5 and sel.closest.passage == 0
+    assert evidence.select(question, [sheet, hours]).closest is None
+
+
 def test_a_citation_points_at_the_sentence_holding_the_answer() -> None:
     text = (
         "## Freeze windows\n\nDeploys are frozen on Fridays and during the last week of "

@@ -79,16 +79,13 @@ def test_the_tours_questions_are_answered(tour: str, question: str, said: str) -
     assert said in str(body["answer"]), body
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a yes-or-no question whose answer follows from a schedule: both models decline "
-    "(or the 1.5B says yes when sampling); see docs/limits.md",
-)
 def test_can_i_visit_on_a_monday_is_answered_no(tour: str) -> None:
+    """Either the model says no, or (declined: neither model reads a schedule
+    into a yes or no) the closing-day line is quoted instead of the refusal."""
     body = answer(tour, {"query": "Can I visit the museum on a Monday?"})
     text = str(body["answer"]).lower()
     assert body["answer"] != NO_CONTEXT_ANSWER, body
-    assert "closed" in text or (text.startswith("no") and NO_CONTEXT_ANSWER.lower() not in text)
+    assert "closed on mondays" in text or (text.startswith("no") and "closed" in text), body
 
 
 def test_a_question_the_documents_do_not_answer_gets_the_fixed_sentence(tour: str) -> None:

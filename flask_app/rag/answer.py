@@ -15,9 +15,13 @@ answer's own prompt whether the documents state the answer, says yes with less
 than `judge` probability (a judge calibrated per model; 0 = not asked); and
 when the first token's distribution gives the refusal more than
 `refusal_probability` (read from the answer's own prompt: no extra prompt, so
-the system prompt stays in the KV cache). Shared words between question and
-passage decide nothing on their own: a question in other words than its
-passage still reaches the model. An answer that only restates the
+the system prompt stays in the KV cache). A yes-or-no question the gates
+decline gets the evidence line closest to it in meaning quoted instead,
+said not to answer it directly, when close enough ("Can I visit on a
+Monday?" → the opening hours): the models cannot read a schedule into a
+yes or no, and cannot tell when the documents settle it. Shared words
+between question and passage decide nothing on their own: a question in
+other words than its passage still reaches the model. An answer that only restates the
 question, or answers "Which …" with the question's own subject and names
 nothing, gets an evidence line appended as a quote (the one it paraphrased,
 else the best); one that starts looping on a short piece ("1000000…") is
@@ -39,7 +43,7 @@ from flask_app.rag.pipeline import (
     build_prompt,
     clean_stream,
 )
-from flask_app.rag.text import STOPWORDS, terms, words
+from flask_app.rag.text import STOPWORDS, asks_yes_or_no, terms, words
 from flask_app.store import Hit
 
 
@@ -63,6 +67,11 @@ class AnswerConfig:
     # True: each evidence piece is its own prompt passage (Grounding.sources
     # then holds one hit per piece, repeated for pieces of the same passage)
     piece_blocks: bool = False
+    # a yes-or-no question the gates decline gets the evidence line closest
+    # to it in meaning quoted, said not to be a verdict, instead of the
+    # refusal, when their cosine is at least this (None: never); the models
+    # cannot read a schedule into a yes or no (docs/answer-quality.md)
+    quote_yes_no: float | None = 0.4
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,10 @@ class Grounding:
     best: evidence.Evidence | None
     evidence_score: float
     prompt: Prompt | None  # None: nothing retrieved, the answer is the fixed sentence
+    # the chosen unit closest in meaning to the question, with its cosine
+    # (None: not measured, or its passage did not fit the prompt)
+    closest: evidence.Evidence | None = None
+    closest_meaning: float | None = None
 
 
 def _evidence_query(question: Question) -> str:
@@ -108,6 +121,11 @@ def ground(
     ]
     # the best unit is always among the chosen, so its passage is in the prompt
     best = selection.best and replace(selection.best, passage=renumber[selection.best.passage])
+    closest = selection.closest
+    if closest is not None and closest.passage in renumber:
+        closest = replace(closest, passage=renumber[closest.passage])
+    else:
+        closest = None
     if config.piece_blocks:
         by_rank = sorted(pieces, key=lambda p: p.passage)
         prompt = build_prompt(
@@ -119,7 +137,15 @@ def ground(
             context_tokens=config.context_tokens,
         )
         kept = len(prompt.sources)
-        return Grounding(prompt.sources, by_rank[:kept], best, selection.best_score, prompt)
+        pieces = by_rank[:kept]
+        return Grounding(
+            prompt.sources,
+            pieces,
+            best,
+            selection.best_score,
+            prompt,
+            *_in_prompt(closest, selection.closest_meaning, lambda e: _held(e, pieces)),
+        )
     sources = [candidates[i] for i in used]
     if config.evidence_only:
         blocks = [" … ".join(p.text for p in pieces if p.passage == i) for i in range(len(used))]
@@ -140,7 +166,23 @@ def ground(
         best,
         selection.best_score,
         prompt,
+        *_in_prompt(closest, selection.closest_meaning, lambda e: e.passage < kept),
     )
+
+
+def _held(unit: evidence.Evidence, pieces: list[evidence.Evidence]) -> bool:
+    return any(p.passage == unit.passage and p.start <= unit.start < p.end for p in pieces)
+
+
+def _in_prompt(
+    unit: evidence.Evidence | None,
+    meaning: float | None,
+    shown: Callable[[evidence.Evidence], bool],
+) -> tuple[evidence.Evidence | None, float | None]:
+    """The closest unit and its cosine, or (None, None) when the prompt lost it."""
+    if unit is None or not shown(unit):
+        return None, None
+    return unit, meaning
 
 
 def repeating_tail(text: str, longest: int = 8, run: int = 24) -> bool:
@@ -236,6 +278,10 @@ class AnswerStream:
         for delta in clean_stream(self._tokens):
             if not parts and self._grounding.sources and self._declines():
                 self._tokens.close()
+                quote = self._quote_instead_of_refusal()
+                if quote is not None:
+                    yield quote
+                    return
                 self.refused = True
                 yield form.refusal
                 return
@@ -253,6 +299,19 @@ class AnswerStream:
         if not text.strip() or restates(text, query) or echoes_subject(text, query):
             line = evidence.supporting_unit(text, query, self._grounding.pieces) or best.text
             yield prompts.quote_suffix(line, bool(text.strip()))
+
+    def _quote_instead_of_refusal(self) -> str | None:
+        """A declined yes-or-no question's closest evidence line, quoted
+        (None: the refusal stands)."""
+        floor = self._config.quote_yes_no
+        line, meaning = self._grounding.closest, self._grounding.closest_meaning
+        if floor is None or line is None or meaning is None or meaning < floor:
+            return None
+        if not self._question.form.quote_restatements:
+            return None
+        if not asks_yes_or_no(self._question.query):
+            return None
+        return prompts.closest_line(line.text)
 
     def close(self) -> None:
         if self._tokens is not None:

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from flask_app.rag.text import Unit, term_set, terms, units
+from flask_app.rag.text import Unit, term_set, terms, units, words
 from flask_app.rag.text import sentences as text_sentences
 
 
@@ -34,6 +34,10 @@ class Scoring:
     # words in a unit's score, when the caller can measure it
     meaning: float = 0.5
 
+
+# A unit of fewer words is a heading or a label ("Pulse P3 earbuds."): it
+# names a subject but states nothing about it.
+STATEMENT_WORDS = 5
 
 # Cosine of the question and each text by the embedding model, or None when
 # it cannot be measured (vectors of an unknown model).
@@ -59,6 +63,11 @@ class Selection:
     pieces: list[Evidence]  # grouped by passage, best passage first, text order inside
     best: Evidence | None  # the single best unit
     best_score: float
+    # of the chosen units that state something (not a heading or a label),
+    # the one closest in meaning to the question, and that cosine (None:
+    # meaning was not measured, or every chosen unit is a heading)
+    closest: Evidence | None = None
+    closest_meaning: float | None = None
 
 
 @dataclass(frozen=True)
@@ -193,13 +202,20 @@ def select(
             if i >= 0:
                 run.append(i)
     top = ranked[0]
-    best = Evidence(
-        top.passage,
-        top.unit.start,
-        top.unit.end,
-        top.unit.text,
-        top.score,
-        top.unit.start,
-        top.unit.end,
+    if cosines is None:
+        return Selection(pieces, _alone(top), top.score)
+    cosine = {(s.passage, s.index): m for s, m in zip(scored, cosines, strict=True)}
+    statements = [s for s in chosen if len(words(s.unit.text)) >= STATEMENT_WORDS]
+    if not statements:
+        return Selection(pieces, _alone(top), top.score)
+    closest = max(statements, key=lambda s: cosine[(s.passage, s.index)])
+    meaning = cosine[(closest.passage, closest.index)]
+    return Selection(pieces, _alone(top), top.score, _alone(closest), meaning)
+
+
+def _alone(scored: _Scored) -> Evidence:
+    """One scored unit as a piece of its own."""
+    unit = scored.unit
+    return Evidence(
+        scored.passage, unit.start, unit.end, unit.text, scored.score, unit.start, unit.end
     )
-    return Selection(pieces, best, top.score)

@@ -102,6 +102,12 @@ def judge_messages(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     return [*before, {"role": last["role"], "content": f"{last['content']}\n\n{JUDGE_QUESTION}"}]
 
 
+def closest_line(line: str) -> str:
+    """A declined yes-or-no question's answer: the line closest to it, said
+    plainly not to be a verdict (the reader decides: "closed on Mondays")."""
+    return f'The documents do not answer this directly; the closest they come is: "{line.strip()}"'
+
+
 def quote_suffix(line: str, after_answer: bool) -> str:
     """The best evidence line, quoted: appended to an answer that only restated
     the question (or replaces an empty one)."""

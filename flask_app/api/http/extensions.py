@@ -59,4 +59,5 @@ def answer_config_of(app: Flask) -> AnswerConfig:
         refusal_probability=calibration.refusal_probability,
         judge=calibration.judge,
         min_cosine=cosine_floor(settings.answer_min_score, settings.score_mapping),
+        quote_yes_no=settings.answer_yes_no_quote if settings.answer_yes_no_quote < 1 else None,
     )
