@@ -119,6 +119,21 @@ def test_model_says_not_found_with_evidence_present(tmp_path: Path) -> None:
     assert len(backend.prompts) == 1
 
 
+def test_a_declined_yes_or_no_question_gets_the_closest_line_with_its_source(
+    tmp_path: Path,
+) -> None:
+    app, backend = build(tmp_path, T1_OUTPUT)
+    backend.refusal_probability = 0.9  # the model declines
+    body = {"batch": [{"text": "Did I go to Germany for the Oktoberfest?", "documents": [GERMANY]}]}
+    p = prediction(app.test_client().post(RAG, json=body))
+    assert p["answer"] == (
+        "The documents do not answer this directly; the closest they come is: "
+        '"I\'m off to Germany to go to the Oktoberfest!"'
+    )
+    assert p["answerFound"] is True and p["sources"] == ["http://example.com/112"]
+    assert p["tokensUsed"]["completionTokens"] == 0  # the model wrote none of it
+
+
 def test_t3_follow_up_uses_the_memory(lw: tuple[FlaskClient, ScriptedBackend]) -> None:
     client, backend = lw
     first = prediction(client.post(RAG, json=T1))

@@ -252,6 +252,9 @@ class AnswerStream:
         self._config = config
         self.refusal_probability: float | None = None
         self.refused = tokens is None
+        # the answer holds no word of the model's: nothing was retrieved, or
+        # the gates declined (the refusal, or a declined question's quote)
+        self.declined = tokens is None
         self.stopped_repeating = False
 
     @property
@@ -278,6 +281,7 @@ class AnswerStream:
         for delta in clean_stream(self._tokens):
             if not parts and self._grounding.sources and self._declines():
                 self._tokens.close()
+                self.declined = True
                 quote = self._quote_instead_of_refusal()
                 if quote is not None:
                     yield quote

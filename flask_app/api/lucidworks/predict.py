@@ -156,10 +156,10 @@ def predict_rag(
         cited = _cited(parsed, item.text, grounding, docs)
         if on_delta is not None and (rest := deltas.finish(parsed.answer)):
             on_delta(index, rest)
-        # tokens the model really read and wrote (none when refused before it ran)
+        # tokens the model really read and wrote (none when its gates declined)
         prompt_tokens = grounding.prompt.prompt_tokens if grounding.prompt else 0
-        completion = 0 if stream.refused else llm.count_tokens(raw)
-        if parsed.marked and not stream.refused:
+        completion = 0 if stream.declined else llm.count_tokens(raw)
+        if parsed.marked and not stream.declined:
             response = raw  # the model wrote the contract itself
         else:
             response = output.render(cited, parsed.answer)
