@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-# the two wordings the runs hold: plain (an answer) and said not to be a verdict
+# the two wordings the runs hold: plain (an answer) and said not to be a verdict;
+# the plain one is also how an empty answer's quote starts (none in these runs)
 QUOTES = ('The documents say: "', "The documents do not answer this directly; ")
 
 

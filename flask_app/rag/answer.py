@@ -121,11 +121,6 @@ def ground(
     ]
     # the best unit is always among the chosen, so its passage is in the prompt
     best = selection.best and replace(selection.best, passage=renumber[selection.best.passage])
-    closest = selection.closest
-    if closest is not None and closest.passage in renumber:
-        closest = replace(closest, passage=renumber[closest.passage])
-    else:
-        closest = None
     if config.piece_blocks:
         by_rank = sorted(pieces, key=lambda p: p.passage)
         prompt = build_prompt(
@@ -138,14 +133,8 @@ def ground(
         )
         kept = len(prompt.sources)
         pieces = by_rank[:kept]
-        return Grounding(
-            prompt.sources,
-            pieces,
-            best,
-            selection.best_score,
-            prompt,
-            *_in_prompt(closest, selection.closest_meaning, lambda e: _held(e, pieces)),
-        )
+        closest = _closest_shown(selection, renumber, pieces)
+        return Grounding(prompt.sources, pieces, best, selection.best_score, prompt, *closest)
     sources = [candidates[i] for i in used]
     if config.evidence_only:
         blocks = [" … ".join(p.text for p in pieces if p.passage == i) for i in range(len(used))]
@@ -160,29 +149,23 @@ def ground(
         context_tokens=config.context_tokens,
     )
     kept = len(prompt.sources)
-    return Grounding(
-        sources[:kept],
-        [p for p in pieces if p.passage < kept],
-        best,
-        selection.best_score,
-        prompt,
-        *_in_prompt(closest, selection.closest_meaning, lambda e: e.passage < kept),
-    )
+    pieces = [p for p in pieces if p.passage < kept]
+    closest = _closest_shown(selection, renumber, pieces)
+    return Grounding(sources[:kept], pieces, best, selection.best_score, prompt, *closest)
 
 
-def _held(unit: evidence.Evidence, pieces: list[evidence.Evidence]) -> bool:
-    return any(p.passage == unit.passage and p.start <= unit.start < p.end for p in pieces)
-
-
-def _in_prompt(
-    unit: evidence.Evidence | None,
-    meaning: float | None,
-    shown: Callable[[evidence.Evidence], bool],
+def _closest_shown(
+    selection: evidence.Selection, renumber: dict[int, int], shown: list[evidence.Evidence]
 ) -> tuple[evidence.Evidence | None, float | None]:
-    """The closest unit and its cosine, or (None, None) when the prompt lost it."""
-    if unit is None or not shown(unit):
+    """The selection's closest unit (numbered as the prompt's passages) and
+    its cosine, or (None, None) when no piece in the prompt holds it."""
+    unit = selection.closest
+    if unit is None or unit.passage not in renumber:
         return None, None
-    return unit, meaning
+    unit = replace(unit, passage=renumber[unit.passage])
+    if not any(p.passage == unit.passage and p.start <= unit.start < p.end for p in shown):
+        return None, None
+    return unit, selection.closest_meaning
 
 
 def repeating_tail(text: str, longest: int = 8, run: int = 24) -> bool:
@@ -297,7 +280,7 @@ class AnswerStream:
                 break
         text = "".join(parts)
         best = self._grounding.best
-        if not form.quote_restatements or best is None:
+        if best is None:
             return
         query = self._question.query
         if not text.strip() or restates(text, query) or echoes_subject(text, query):
@@ -311,11 +294,7 @@ class AnswerStream:
         line, meaning = self._grounding.closest, self._grounding.closest_meaning
         if floor is None or line is None or meaning is None or meaning < floor:
             return None
-        if not self._question.form.quote_restatements:
-            return None
-        if not asks_yes_or_no(self._question.query):
-            return None
-        return prompts.closest_line(line.text)
+        return prompts.closest_line(line.text) if asks_yes_or_no(self._question.query) else None
 
     def close(self) -> None:
         if self._tokens is not None:

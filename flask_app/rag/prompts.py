@@ -60,15 +60,13 @@ Label = Callable[[int, str, dict[str, object] | None], str]
 @dataclass(frozen=True)
 class AnswerForm:
     """How a surface wants the model asked and refusals worded: its system
-    prompt, passage labels, the text of a refusal, the first words a refusal
-    starts with (read by the refusal probe; empty = no probe) and whether an
-    answer that restates the question gets the best evidence quoted."""
+    prompt, passage labels, the text of a refusal and the first words a
+    refusal starts with (read by the refusal probe; empty = no probe)."""
 
     system: str = DEFAULT_SYSTEM_PROMPT
     label: Label = document_label
     refusal: str = NO_CONTEXT_ANSWER
     refusal_starts: tuple[str, ...] = ("I", "Sorry")
-    quote_restatements: bool = True
 
 
 DEFAULT_FORM = AnswerForm()
