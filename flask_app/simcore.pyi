@@ -66,7 +66,7 @@ def simd_level() -> str:
     """The SIMD level in use (capped by the SIMCORE_SIMD environment variable)."""
 
 def popcount_kernel() -> str:
-    """The popcount the binary (Hamming) scan uses: vpopcntdq, avx2 or scalar."""
+    """The popcount the binary (Hamming) scan uses: vpopcntdq, avx2, cnt (NEON) or scalar."""
 
 def supported_simd_levels() -> list[str]:
     """Every SIMD level this machine supports, slowest first."""

@@ -10,11 +10,19 @@ VENV="$ROOT/.venv"
 PY="${PYTHON:-python3}"
 CACHE="${EDGERAG_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/edgerag}"
 LLAMA_VERSION="0.3.16"
-# The CPU may advertise AMX while the VM forbids it (SIGILL in tileloadd), so
-# llama.cpp is compiled with AMX off; the multimodal part is not needed.
-LLAMA_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='$LLAMA_FLAGS' -DCMAKE_CXX_FLAGS='$LLAMA_FLAGS'"
-WHEEL_DIR="$CACHE/wheels/llama-cpp-python-noamx"
+ARCH="$(uname -m)"
+# Compiler flags per architecture (AMX off on x86-64, nothing elsewhere:
+# scripts/llama_flags.sh); the multimodal part is not needed.
+LLAMA_FLAGS="$("$ROOT/scripts/llama_flags.sh" "$ARCH")"
+LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF"
+if [[ -n "$LLAMA_FLAGS" ]]; then
+    LLAMA_CMAKE_ARGS+=" -DCMAKE_C_FLAGS='$LLAMA_FLAGS' -DCMAKE_CXX_FLAGS='$LLAMA_FLAGS'"
+fi
+if [[ "$ARCH" == "x86_64" ]]; then
+    WHEEL_DIR="$CACHE/wheels/llama-cpp-python-noamx"
+else
+    WHEEL_DIR="$CACHE/wheels/llama-cpp-python-$ARCH"
+fi
 EXTRAS=""
 [[ "${1:-}" == "--dev" ]] && EXTRAS="[dev]"
 [[ "${1:-}" == "--cluster" ]] && EXTRAS="[cluster]"  # adds Ray (edgerag serve --ray-address)
@@ -68,7 +76,23 @@ if [[ -n "$EXTRAS" ]] && ! command -v chromedriver >/dev/null; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
-# 4. For the API conformance test (--dev): schemathesis in its own environment,
+# 4. For the aarch64 checks (--dev, on x86-64 Debian): a cross toolchain and an
+#    emulator from Debian's packages (rustup cannot fetch targets here): simcore
+#    is cross-built, linted and its tests run under qemu-aarch64.
+ARM_PACKAGES=(rustc-web rust-web-clippy libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu
+    libc6-dev-arm64-cross qemu-user)
+if [[ "$EXTRAS" == "[dev]" && "$ARCH" == "x86_64" ]] && command -v apt-get >/dev/null \
+        && ! { command -v qemu-aarch64 && command -v aarch64-linux-gnu-gcc \
+               && [[ -d /usr/lib/rustlib/aarch64-unknown-linux-gnu ]] \
+               && [[ -x /usr/bin/clippy-driver ]]; } >/dev/null; then
+    say "installing the aarch64 cross toolchain and qemu-user (Debian packages)"
+    SUDO=""
+    [[ "$(id -u)" -ne 0 ]] && SUDO="sudo"
+    $SUDO dpkg --add-architecture arm64
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${ARM_PACKAGES[@]}" >/dev/null
+fi
+# 5. For the API conformance test (--dev): schemathesis in its own environment,
 #    since its hypothesis pin clashes with the test suite's.
 SCHEMATHESIS_VERSION="4.32.5"
 ST_VENV="$ROOT/.venv-schemathesis"

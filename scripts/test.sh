@@ -20,6 +20,10 @@ step "cargo clippy"
 cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
 step "cargo test"
 cargo test --workspace --quiet
+if [[ "$(uname -m)" == "x86_64" ]]; then
+    step "simcore for aarch64: clippy, and its tests under qemu-aarch64"
+    "$ROOT/scripts/test_aarch64.sh"
+fi
 step "ruff"
 "$VENV/bin/ruff" check flask_app tests benches
 "$VENV/bin/ruff" format --check flask_app tests benches

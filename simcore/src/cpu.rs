@@ -5,26 +5,43 @@
 //! when its instructions can actually run. (Some VMs advertise features such
 //! as AMX that the OS does not enable; nothing here uses AMX.)
 //!
+//! On aarch64, `std::arch::is_aarch64_feature_detected!` reads the kernel's
+//! hardware capabilities (HWCAP): NEON is part of every ARMv8-A core, SDOT
+//! (`dotprod`) of ARMv8.2 and later.
+//!
 //! The environment variable `SIMCORE_SIMD` (`scalar`, `avx2`, `avx512`,
-//! `avx512vnni`) caps the level, e.g. to test a slower path; it can never
-//! raise it above what the machine supports.
+//! `avx512vnni`, `neon`, `neondot`) caps the level, e.g. to test a slower
+//! path; it can never raise it above what the machine supports, and a level
+//! of the other architecture caps nothing.
 
 use std::sync::OnceLock;
 
-/// SIMD levels, ordered from slowest to fastest.
+/// SIMD levels, ordered from slowest to fastest within each architecture
+/// (a machine supports the scalar level and those of its own architecture).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Level {
     Scalar,
-    /// AVX2 + FMA.
+    /// x86-64: AVX2 + FMA.
     Avx2,
-    /// AVX-512 F + BW.
+    /// x86-64: AVX-512 F + BW.
     Avx512,
-    /// AVX-512 F + BW + VNNI (`vpdpbusd`).
+    /// x86-64: AVX-512 F + BW + VNNI (`vpdpbusd`).
     Avx512Vnni,
+    /// aarch64: Advanced SIMD.
+    Neon,
+    /// aarch64: Advanced SIMD + the dot-product extension (`sdot`).
+    NeonDot,
 }
 
 impl Level {
-    pub const ALL: [Level; 4] = [Level::Scalar, Level::Avx2, Level::Avx512, Level::Avx512Vnni];
+    pub const ALL: [Level; 6] = [
+        Level::Scalar,
+        Level::Avx2,
+        Level::Avx512,
+        Level::Avx512Vnni,
+        Level::Neon,
+        Level::NeonDot,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -32,6 +49,8 @@ impl Level {
             Level::Avx2 => "avx2",
             Level::Avx512 => "avx512",
             Level::Avx512Vnni => "avx512vnni",
+            Level::Neon => "neon",
+            Level::NeonDot => "neondot",
         }
     }
 
@@ -61,26 +80,40 @@ fn hardware_supports(level: Level) -> bool {
         Level::Avx512Vnni => {
             hardware_supports(Level::Avx512) && is_x86_feature_detected!("avx512vnni")
         }
+        Level::Neon | Level::NeonDot => false,
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(target_arch = "aarch64")]
+fn hardware_supports(level: Level) -> bool {
+    match level {
+        Level::Scalar => true,
+        Level::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+        Level::NeonDot => {
+            hardware_supports(Level::Neon) && std::arch::is_aarch64_feature_detected!("dotprod")
+        }
+        Level::Avx2 | Level::Avx512 | Level::Avx512Vnni => false,
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn hardware_supports(level: Level) -> bool {
     level == Level::Scalar
 }
 
-/// `best`, lowered to the level named by `request` (never raised); an
-/// unknown name leaves `best` unchanged.
-fn capped(best: Level, request: Option<&str>) -> Level {
+/// The best of `supported` (slowest first), lowered to the level named by
+/// `request` when that is one of them or scalar (never raised); an unknown
+/// name, or a level of another architecture, leaves the best unchanged.
+fn capped(supported: &[Level], request: Option<&str>) -> Level {
+    let best = supported.iter().copied().max().unwrap_or(Level::Scalar);
     match request.and_then(Level::parse) {
-        Some(cap) => best.min(cap),
-        None => best,
+        Some(cap) if supported.contains(&cap) => best.min(cap),
+        _ => best,
     }
 }
 
 fn detect() -> Level {
-    let best = supported().into_iter().max().unwrap_or(Level::Scalar);
-    capped(best, std::env::var("SIMCORE_SIMD").ok().as_deref())
+    capped(&supported(), std::env::var("SIMCORE_SIMD").ok().as_deref())
 }
 
 /// The level in use: the best supported one, capped by `SIMCORE_SIMD`.
@@ -105,15 +138,37 @@ mod tests {
 
     #[test]
     fn the_environment_can_lower_the_level_but_never_raise_it() {
-        assert_eq!(capped(Level::Avx512Vnni, Some("avx2")), Level::Avx2);
-        assert_eq!(capped(Level::Avx512Vnni, Some("scalar")), Level::Scalar);
-        assert_eq!(capped(Level::Avx2, Some("avx512vnni")), Level::Avx2);
-        assert_eq!(capped(Level::Avx2, Some("sse9")), Level::Avx2);
-        assert_eq!(capped(Level::Avx512, None), Level::Avx512);
+        let x86 = [Level::Scalar, Level::Avx2, Level::Avx512, Level::Avx512Vnni];
+        assert_eq!(capped(&x86, Some("avx2")), Level::Avx2);
+        assert_eq!(capped(&x86, Some("scalar")), Level::Scalar);
+        assert_eq!(capped(&x86[..2], Some("avx512vnni")), Level::Avx2);
+        assert_eq!(capped(&x86[..2], Some("sse9")), Level::Avx2);
+        assert_eq!(capped(&x86[..3], None), Level::Avx512);
+        assert_eq!(capped(&x86, Some("neon")), Level::Avx512Vnni);
+        let arm = [Level::Scalar, Level::Neon, Level::NeonDot];
+        assert_eq!(capped(&arm, Some("neon")), Level::Neon);
+        assert_eq!(capped(&arm, Some("scalar")), Level::Scalar);
+        assert_eq!(capped(&arm[..2], Some("neondot")), Level::Neon);
+        assert_eq!(capped(&arm, Some("avx2")), Level::NeonDot);
     }
 
     #[test]
     fn chosen_level_is_supported() {
         assert!(supported().contains(&level()));
+    }
+
+    /// On an aarch64 machine (or under qemu-aarch64) a NEON level is chosen, not scalar.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn aarch64_selects_neon() {
+        assert!(supported().contains(&Level::Neon));
+        let best = supported().into_iter().max();
+        assert!(
+            matches!(best, Some(Level::Neon | Level::NeonDot)),
+            "{best:?}"
+        );
+        if std::env::var("SIMCORE_SIMD").is_err() {
+            assert!(level() >= Level::Neon, "{:?}", level());
+        }
     }
 }

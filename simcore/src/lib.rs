@@ -234,7 +234,7 @@ mod python {
         cpu::level().name()
     }
 
-    /// The popcount the binary (Hamming) scan uses: `vpopcntdq`, `avx2` or `scalar`.
+    /// The popcount the binary (Hamming) scan uses: `vpopcntdq`, `avx2`, `cnt` (NEON) or `scalar`.
     #[pyfunction]
     fn popcount_kernel() -> &'static str {
         crate::kernels::Kernels::get().popcount

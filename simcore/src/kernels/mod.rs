@@ -12,6 +12,8 @@ use crate::cpu::{self, Level};
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 pub mod scalar;
 
 /// An int8 query in the two forms the kernels need.
@@ -31,6 +33,8 @@ impl QueryI8 {
 
 /// Scores a block of rows: `(query, rows, stride, out)`; row r starts at `r * stride`.
 pub type DotsF32 = fn(&[f32], &[f32], usize, &mut [f32]);
+/// The exact signed int8 dot of one row: `(query, row, row_sum)`.
+pub type DotI8 = fn(&QueryI8, &[i8], i32) -> i32;
 /// Exact int8 scores of a block of rows: `(query, rows, stride, row_sums, out)`.
 pub type DotsI8 = fn(&QueryI8, &[i8], usize, &[i32], &mut [i32]);
 /// Hamming distances of blocks of 8 rows of sign bits: `(query words, codes, out)`
@@ -41,13 +45,12 @@ pub struct Kernels {
     pub level: Level,
     pub dot_f32: fn(&[f32], &[f32]) -> f32,
     pub dots_f32: DotsF32,
-    /// `(query, row, row_sum)` → exact signed dot.
-    pub dot_i8: fn(&QueryI8, &[i8], i32) -> i32,
+    pub dot_i8: DotI8,
     pub dots_i8: DotsI8,
     /// Sum of a slice at memory speed (read-bandwidth baseline).
     pub sum_f32: fn(&[f32]) -> f32,
     pub hamming_blocks: HammingBlocks,
-    /// Which popcount the Hamming kernel uses (`vpopcntdq`, `avx2`, `scalar`).
+    /// Which popcount the Hamming kernel uses (`vpopcntdq`, `avx2`, `cnt`, `scalar`).
     pub popcount: &'static str,
 }
 
@@ -173,6 +176,48 @@ mod x86 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use super::{QueryI8, check_block, check_codes, neon};
+
+    pub fn dot_f32_neon(a: &[f32], b: &[f32]) -> f32 {
+        // SAFETY: table built only when NEON is supported.
+        unsafe { neon::dot_f32(a, b) }
+    }
+    pub fn dots_f32_neon(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+        check_block(q.len(), rows, stride, out.len());
+        // SAFETY: NEON supported (see table); block shape checked above.
+        unsafe { neon::dots_f32(q, rows, stride, out) }
+    }
+    pub fn sum_f32_neon(values: &[f32]) -> f32 {
+        // SAFETY: table built only when NEON is supported.
+        unsafe { neon::sum_f32(values) }
+    }
+    pub fn dot_i8_neon(q: &QueryI8, row: &[i8], _sum: i32) -> i32 {
+        // SAFETY: table built only when NEON is supported.
+        unsafe { neon::dot_i8(&q.values, row) }
+    }
+    pub fn dots_i8_neon(q: &QueryI8, rows: &[i8], stride: usize, _sums: &[i32], out: &mut [i32]) {
+        check_block(q.values.len(), rows, stride, out.len());
+        // SAFETY: NEON supported; block shape checked above.
+        unsafe { neon::dots_i8(&q.values, rows, stride, out) }
+    }
+    pub fn dot_i8_sdot(q: &QueryI8, row: &[i8], _sum: i32) -> i32 {
+        // SAFETY: table built only when NEON and dotprod are supported.
+        unsafe { neon::dot_i8_sdot(&q.values, row) }
+    }
+    pub fn dots_i8_sdot(q: &QueryI8, rows: &[i8], stride: usize, _sums: &[i32], out: &mut [i32]) {
+        check_block(q.values.len(), rows, stride, out.len());
+        // SAFETY: NEON and dotprod supported; block shape checked above.
+        unsafe { neon::dots_i8_sdot(&q.values, rows, stride, out) }
+    }
+    pub fn hamming_blocks_neon(q: &[u64], codes: &[u64], out: &mut [u32]) {
+        check_codes(q, codes, out);
+        // SAFETY: table built only when NEON is supported; shape checked above.
+        unsafe { neon::hamming_blocks(q, codes, out) }
+    }
+}
+
 /// The Hamming kernel for AVX-512 levels: VPOPCNTDQ is a separate extension
 /// (Ice Lake and later), so without it the AVX2 kernel does the counting.
 #[cfg(target_arch = "x86_64")]
@@ -185,10 +230,30 @@ fn avx512_hamming() -> (HammingBlocks, &'static str) {
 }
 
 fn build(level: Level) -> Kernels {
+    #[cfg(target_arch = "aarch64")]
+    {
+        let int8: Option<(DotI8, DotsI8)> = match level {
+            Level::Neon => Some((arm::dot_i8_neon, arm::dots_i8_neon)),
+            Level::NeonDot => Some((arm::dot_i8_sdot, arm::dots_i8_sdot)),
+            _ => None,
+        };
+        if let Some((dot_i8, dots_i8)) = int8 {
+            return Kernels {
+                level,
+                dot_f32: arm::dot_f32_neon,
+                dots_f32: arm::dots_f32_neon,
+                dot_i8,
+                dots_i8,
+                sum_f32: arm::sum_f32_neon,
+                hamming_blocks: arm::hamming_blocks_neon,
+                popcount: "cnt",
+            };
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     {
         match level {
-            Level::Scalar => {}
+            Level::Scalar | Level::Neon | Level::NeonDot => {}
             Level::Avx2 => {
                 return Kernels {
                     level,
@@ -229,6 +294,8 @@ fn build(level: Level) -> Kernels {
             }
         }
     }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = level; // only the scalar table exists here
     Kernels {
         level: Level::Scalar,
         dot_f32: scalar::dot_f32,
