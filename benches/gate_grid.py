@@ -60,6 +60,22 @@ class Outcome:
         return self.refused / self.unanswerable if self.unanswerable else 0.0
 
 
+PROBE_THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]
+
+
+def probe_outcomes(rows: list[dict[str, Any]]) -> list[tuple[float, Outcome]]:
+    """Each probe threshold's outcome on a run whose rows carry the probe's
+    probability (`answerable_probability`, the probe recording, declining nothing)."""
+    out = []
+    for threshold in PROBE_THRESHOLDS:
+        cut = [
+            {**r, "refusal_probability": 1.0 if r["answerable_probability"] < threshold else 0.0}
+            for r in rows
+        ]
+        out.append((threshold, outcome(cut, 0.5, 0.0)))
+    return out
+
+
 def gated(row: dict[str, Any], refusal: float, judge: float) -> bool:
     """The answer the gates would have replaced by the refusal."""
     answerable = row.get("answerable_probability")
@@ -191,9 +207,19 @@ def main() -> None:
         parser.error(f"{args.run}: no answers of the {args.split} split")
     for llm in dict.fromkeys(r["llm"] for r in rows):
         settings = report["settings"][llm]
+        mine = [r for r in rows if r["llm"] == llm]
+        if settings.get("probe_threshold") is not None:
+            if settings["probe_threshold"] > 0.001:
+                parser.error(f"{args.run}: {llm}'s probe declined answers; score an --ungated run")
+            print(f"== {llm}: the answerability probe's thresholds (accuracy, refusals)")
+            for threshold, o in probe_outcomes(mine):
+                print(
+                    f"   probe < {threshold:<4}: accuracy {o.answered}/{o.answerable} "
+                    f"({o.accuracy:.0%}), refusals {o.refused}/{o.unanswerable} ({o.refusals:.0%})"
+                )
+            continue
         if settings.get("refusal_probability", 1) < 1 or settings.get("judge", 0) > 0.01:
             parser.error(f"{args.run}: {llm} was gated ({settings}); score an --ungated run")
-        mine = [r for r in rows if r["llm"] == llm]
         judged = all(r.get("answerable_probability") is not None for r in mine)
         grid = [outcome(mine, r, j) for r in REFUSALS for j in (JUDGES if judged else [0.0])]
         calibration = PRESETS[llm].calibration

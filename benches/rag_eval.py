@@ -55,6 +55,7 @@ from benches.eval_sets import EvalSet
 from flask_app.api.engine.answer import NOT_FOUND_ANSWER as ENGINE_NOT_FOUND
 from flask_app.app import create_app
 from flask_app.inference.presets import PRESETS
+from flask_app.rag.answerability import choose_gate
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
 from flask_app.services import load_services
 from flask_app.settings import Settings
@@ -263,9 +264,10 @@ def collection_name(set_name: str) -> str:
     return (re.sub(r"[^a-z0-9-]+", "-", set_name.lower()).strip("-") or "set")[:63]
 
 
-# --ungated: both gates record their signal and never cut (the judge is asked,
-# any P(yes) passes), so benches/gate_grid.py can score every threshold.
-UNGATED = {"answer_refusal_probability": 1.0, "answer_judge": 1e-6}
+# --ungated: every gate records its signal and never cuts (the judge is asked,
+# any P(yes) passes; the probe reads its probability, which no answer falls
+# below), so benches/gate_grid.py can score every threshold.
+UNGATED = {"answer_refusal_probability": 1.0, "answer_judge": 1e-6, "answer_probe": 1e-9}
 
 
 def run_set(
@@ -492,8 +494,11 @@ def main() -> None:
     models = {}
     for llm in args.llms:
         settings = Settings.load({"llm": llm, **overrides}, os.environ)
+        gate = choose_gate(llm, settings.llm_path(), settings.answer_probe)
         models[llm] = {
             **dataclasses.asdict(settings.calibration()),
+            # the probe's threshold as served (None: the refusal and judge gates decided)
+            "probe_threshold": gate.threshold if gate.probe is not None else None,
             "answer_min_score": settings.answer_min_score,
             "context_tokens": settings.context_tokens,
             "quant": settings.quant,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flask_app.file_collections import FileCollections
 from flask_app.inference.embed import Embedder, LlamaEmbedder
 from flask_app.inference.llm import LLM, Backend, LlamaBackend
+from flask_app.rag.answerability import Gate, choose_gate
 from flask_app.rag.jobs import Jobs
 from flask_app.records import Records
 from flask_app.settings import Settings
@@ -27,6 +28,9 @@ class Services:
     store: CollectionStore
     llm: LLM | None
     embedder: Embedder | None
+    # which gate declines answers: the preset's answerability probe, or the
+    # refusal and judge gates (tests give a probe of their own)
+    gate: Gate = field(default_factory=lambda: Gate(None, reason="not loaded"))
     jobs: Jobs | None = None  # async work, created with the app when not given
     records: Records | None = None  # the data directory's when not given
     collections: FileCollections | None = None  # created with the app when not given
@@ -77,10 +81,15 @@ def load_services(settings: Settings) -> Services:
             with contextlib.suppress(CollectionUnavailable):
                 store.edge()
         llm, embedder = _load_models(settings)
+        gate = Gate(None, reason="no LLM")
+        if llm is not None:
+            gate = choose_gate(
+                llm.preset, settings.llm_path(), settings.answer_probe, warn=_log.warning
+            )
     except BaseException:
         store.close()  # a missing model must not keep the data directory locked
         raise
-    return Services(store=store, llm=llm, embedder=embedder, records=records)
+    return Services(store=store, llm=llm, embedder=embedder, records=records, gate=gate)
 
 
 def _load_models(settings: Settings) -> tuple[LLM | None, Embedder | None]:

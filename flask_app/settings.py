@@ -149,6 +149,15 @@ class Settings:
             "(default: calibrated for --llm)"
         ),
     )
+    answer_probe: float | None = field(
+        default=None,
+        metadata=_help(
+            "decline when the answerability probe (read from the LLM's own hidden state "
+            "with the gates' signals, a file per --llm preset) gives the answer less than "
+            "this probability of being right (0-1); 0 = off: the refusal and judge gates "
+            "decide (default: the probe's calibrated threshold)"
+        ),
+    )
     answer_yes_no_quote: float = field(
         default=0.4,
         metadata=_help(
@@ -254,6 +263,10 @@ class Settings:
                 "answer_judge must be 0..1",
             ),
             (0 <= self.answer_candidates <= 100, "answer_candidates must be 0..100"),
+            (
+                self.answer_probe is None or 0.0 <= self.answer_probe <= 1.0,
+                "answer_probe must be 0..1",
+            ),
             (0.0 <= self.answer_yes_no_quote <= 1.0, "answer_yes_no_quote must be 0..1"),
             (
                 self.answer_refusal_probability is None

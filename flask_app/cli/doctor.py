@@ -104,6 +104,32 @@ def model_files(settings: Settings) -> list[Check]:
     return checks
 
 
+def answer_gate(settings: Settings) -> Check:
+    """Which gate will decline answers: the preset's probe when it was trained
+    on this very GGUF, else the refusal and judge gates (not a failure)."""
+    from flask_app.rag.answerability import ProbeError, choose_gate
+
+    chosen = settings.llm_preset()
+    try:
+        gate = choose_gate(
+            chosen.name if chosen else None, settings.llm_path(), settings.answer_probe
+        )
+    except ProbeError as exc:
+        return Check("answer gate", False, str(exc), "reinstall the edgerag wheel")
+    if gate.probe is not None:
+        name = gate.probe.path.name if gate.probe.path else "probe"
+        return Check(
+            "answer gate",
+            True,
+            f"answerability probe {name} (layer {gate.probe.layer}, threshold {gate.threshold})",
+        )
+    calibration = settings.calibration()
+    detail = (
+        f"refusal gate {calibration.refusal_probability}, judge {calibration.judge}: {gate.reason}"
+    )
+    return Check("answer gate", True, detail)
+
+
 def data_dir(settings: Settings) -> Check:
     try:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -153,6 +179,7 @@ def model_run(settings: Settings) -> Check:
 def run(settings: Settings, out: Callable[[str], None] = print) -> int:
     checks = [llama_build(), simcore_kernels(), data_dir(settings), *model_files(settings)]
     if all(c.ok for c in checks):
+        checks.append(answer_gate(settings))
         checks.append(model_run(settings))
     for check in checks:
         out(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")

@@ -21,6 +21,7 @@ from flask_app.inference.embed import Embedder, LlamaEmbedder, Vectors, check_le
 from flask_app.inference.llm import (
     ChatMessage,
     FirstTokenProbe,
+    HiddenStateProbe,
     JudgeProbe,
     LlamaBackend,
     ReplicaLost,
@@ -63,13 +64,21 @@ class Replica:
         sampling: Sampling,
         probe_starts: Sequence[str] | None,
         judge_messages: Sequence[ChatMessage] | None,
+        hidden_layers: Sequence[int] | None = None,
     ) -> Iterator[tuple[str, Any]]:
-        """("judge", P(yes)) and ("probe", probability) when asked, before the
-        first ("text", delta); stops at the next token once cancelled."""
+        """("judge", P(yes)), ("probe", probability) and ("hidden", states by
+        layer) when asked, before the first ("text", delta); stops at the next
+        token once cancelled."""
         probe = FirstTokenProbe(probe_starts) if probe_starts is not None else None
         judge = JudgeProbe(judge_messages) if judge_messages is not None else None
+        hidden = HiddenStateProbe(tuple(hidden_layers)) if hidden_layers else None
         tokens = self.backend.generate(
-            prompt, max_tokens=max_tokens, sampling=sampling, probe=probe, judge=judge
+            prompt,
+            max_tokens=max_tokens,
+            sampling=sampling,
+            probe=probe,
+            judge=judge,
+            hidden=hidden,
         )
         context = ray.get_runtime_context()
         told = False
@@ -84,6 +93,8 @@ class Replica:
                         yield ("judge", judge.probability)
                     if probe is not None:
                         yield ("probe", probe.probability)
+                    if hidden is not None:
+                        yield ("hidden", hidden.states)
                 yield ("text", delta)
             if not told and judge is not None:
                 yield ("judge", judge.probability)
@@ -184,6 +195,7 @@ class ReplicaBackend:
         sampling: Sampling,
         probe: FirstTokenProbe | None,
         judge: JudgeProbe | None = None,
+        hidden: HiddenStateProbe | None = None,
     ) -> Iterator[str]:
         """Deltas from the least busy replica; one that fails before its first
         delta is left for the next (each tried once). A replica lost after it
@@ -194,6 +206,7 @@ class ReplicaBackend:
             sampling,
             list(probe.starts) if probe is not None else None,
             list(judge.messages) if judge is not None else None,
+            list(hidden.layers) if hidden is not None else None,
         )
         failed: set[int] = set()
         while True:
@@ -211,6 +224,8 @@ class ReplicaBackend:
                         probe.probability = value
                     elif kind == "judge" and judge is not None:
                         judge.probability = value
+                    elif kind == "hidden" and hidden is not None:
+                        hidden.states = value
                 stream = None  # finished: nothing to cancel
                 return
             except ray.exceptions.RayError as exc:

@@ -12,7 +12,13 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from flask_app.inference.embed import Vectors, check_lengths, normalise
-from flask_app.inference.llm import ChatMessage, FirstTokenProbe, JudgeProbe, Sampling
+from flask_app.inference.llm import (
+    ChatMessage,
+    FirstTokenProbe,
+    HiddenStateProbe,
+    JudgeProbe,
+    Sampling,
+)
 
 
 class ScriptedBackend:
@@ -32,10 +38,14 @@ class ScriptedBackend:
         n_ctx: int = 4096,
         refusal_probability: float = 0.0,
         judge_probability: float = 1.0,
+        hidden_state: Callable[[str], Sequence[float]] | None = None,
     ) -> None:
         self._reply = reply
         self.refusal_probability = refusal_probability  # what a first-token probe reads
         self.judge_probability = judge_probability  # what a judge reads (P(yes))
+        # what a hidden-state probe reads at every layer, from the rendered prompt
+        # (None: a backend that cannot read it)
+        self.hidden_state = hidden_state
         self.judged: list[str] = []  # the rendered judge prompts
         self.token_delay = token_delay
         self.fail_after = fail_after
@@ -67,6 +77,7 @@ class ScriptedBackend:
         sampling: Sampling,
         probe: FirstTokenProbe | None,
         judge: JudgeProbe | None = None,
+        hidden: HiddenStateProbe | None = None,
     ) -> Iterator[str]:
         if judge is not None:
             self.judged.append(self.render(judge.messages))
@@ -75,6 +86,9 @@ class ScriptedBackend:
         self.samplings.append(sampling)
         if probe is not None:
             probe.probability = self.refusal_probability
+        if hidden is not None and self.hidden_state is not None:
+            state = np.asarray(self.hidden_state(prompt), dtype=np.float32)
+            hidden.states = {layer: state for layer in hidden.layers}
         reply = self._reply(prompt) if callable(self._reply) else self._reply
         pieces = [p for p in reply.replace(" ", "\0 ").split("\0") if p][:max_tokens]
         finished = False

@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypedDict, cast
 
+import numpy as np
+import numpy.typing as npt
+
+from flask_app.inference import hidden_state
 from flask_app.inference.llama_runtime import (
     available_cores,
     model_id_from_metadata,
@@ -94,11 +98,13 @@ class Backend(Protocol):
         sampling: Sampling,
         probe: FirstTokenProbe | None,
         judge: JudgeProbe | None = None,
+        hidden: HiddenStateProbe | None = None,
     ) -> Iterator[str]:
         """Text deltas for `prompt`; closing the iterator stops generation. With
         a `probe`, sets `probe.probability` from the first step's distribution
         before the first delta is yielded; with a `judge`, asks it first and
-        sets `judge.probability`."""
+        sets `judge.probability`; with `hidden`, sets `hidden.states` from the
+        prompt's own prefill before the first delta."""
         ...
 
 
@@ -124,6 +130,8 @@ class FirstTokenProbe:
 
     starts: Sequence[str]
     probability: float | None = None
+    top_probability: float | None = None  # the likeliest first token's probability
+    entropy: float | None = None  # of the first token's distribution, in nats
 
 
 @dataclass
@@ -136,6 +144,18 @@ class JudgeProbe:
 
     messages: Sequence[ChatMessage]
     probability: float | None = None
+
+
+@dataclass
+class HiddenStateProbe:
+    """The model's hidden state at the prompt's last token (where the answer
+    starts), read from the answer's own prefill at `layers` (block numbers;
+    -1 the final normalised state): what a probe reads whether the documents
+    hold the answer. `states` maps each layer to its vector, set before the
+    first delta (None: the backend could not read it)."""
+
+    layers: tuple[int, ...]
+    states: dict[int, npt.NDArray[np.float32]] | None = None
 
 
 class LlamaBackend:
@@ -190,9 +210,15 @@ class LlamaBackend:
         self._formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
         self._model_id = model_id or model_id_from_metadata(metadata, path)
         self.path = path
+        self._tap: hidden_state.HiddenStateTap | None = None
+        if not vocab_only:
+            self._tap = hidden_state.HiddenStateTap()
+            hidden_state.install(self._llama, self._tap)
+        self.n_layers = (
+            0 if vocab_only else int(llama_cpp.llama_model_n_layer(self._llama._model.model))
+        )
 
     def _judge(self, judge: JudgeProbe) -> None:
-        import numpy as np
         from llama_cpp import LogitsProcessorList
 
         yes, no = self._first_tokens(("yes", "Yes")), self._first_tokens(("no", "No"))
@@ -239,6 +265,7 @@ class LlamaBackend:
         sampling: Sampling,
         probe: FirstTokenProbe | None,
         judge: JudgeProbe | None = None,
+        hidden: HiddenStateProbe | None = None,
     ) -> Iterator[str]:
         # llama-cpp-python reuses the KV cache for the longest prefix shared with
         # the previous prompt, so a stable system prompt is evaluated only once,
@@ -246,16 +273,27 @@ class LlamaBackend:
         if judge is not None:
             self._judge(judge)
         processors = None
-        if probe is not None:
-            import numpy as np
+        if probe is not None or hidden is not None:
             from llama_cpp import LogitsProcessorList
 
-            ids = self._first_tokens(probe.starts)
+            ids = self._first_tokens(probe.starts) if probe is not None else []
+            tap = self._tap if hidden is not None else None
+            if tap is not None and hidden is not None:
+                tap.arm(hidden.layers)
+            first = [True]
 
             def read_first_step(_ids: Any, logits: Any) -> Any:
-                if probe.probability is None:
-                    z = np.exp(logits - logits.max())
-                    probe.probability = float(z[ids].sum() / z.sum())
+                # runs before the first token is drawn: the prefill is the last decode
+                if first[0]:
+                    first[0] = False
+                    if probe is not None:
+                        z = np.exp(logits - logits.max())
+                        p = z / z.sum()
+                        probe.probability = float(p[ids].sum())
+                        probe.top_probability = float(p.max())
+                        probe.entropy = float(-(p * np.log(np.maximum(p, 1e-30))).sum())
+                    if tap is not None and hidden is not None:
+                        hidden.states = tap.take()
                 return logits
 
             processors = LogitsProcessorList([read_first_step])
@@ -284,6 +322,8 @@ class LlamaBackend:
             close = getattr(chunks, "close", None)
             if close is not None:
                 close()
+            if self._tap is not None:
+                self._tap.take()  # disarmed, also when no token was drawn
 
 
 class FifoGate:
@@ -484,11 +524,13 @@ class LLM:
         timeout: float | None = None,
         probe: FirstTokenProbe | None = None,
         judge: JudgeProbe | None = None,
+        hidden: HiddenStateProbe | None = None,
         abandoned: Callable[[], bool] | None = None,
         prompt_tokens: int | None = None,
     ) -> TokenStream:
         """Wait for the model (FIFO), then return its token stream (see
-        `FirstTokenProbe` for `probe`, `JudgeProbe` for `judge`).
+        `FirstTokenProbe` for `probe`, `JudgeProbe` for `judge`,
+        `HiddenStateProbe` for `hidden`).
         `prompt_tokens`: the rendered prompt's size when the caller counted it
         already (else it is counted for the metrics observer).
 
@@ -504,7 +546,12 @@ class LLM:
         waited = time.monotonic() - queued
         try:
             tokens = self.backend.generate(
-                prompt, max_tokens=max_tokens, sampling=sampling, probe=probe, judge=judge
+                prompt,
+                max_tokens=max_tokens,
+                sampling=sampling,
+                probe=probe,
+                judge=judge,
+                hidden=hidden,
             )
         except Exception as exc:
             self.gate.release(0.0)

@@ -9,7 +9,9 @@ chat model: a preset of `inference.presets` (the 0.5B default or the 1.5B).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -54,11 +56,40 @@ def sha256_file(path: Path, label: str | None = None) -> str:
     return digest.hexdigest()
 
 
+def _stamp(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def remember_sha256(path: Path, digest: str) -> None:
+    """Keep `digest` beside the file (NAME.sha256, with the size and mtime it
+    was read at); a read-only directory keeps nothing."""
+    st = path.stat()
+    record = {"sha256": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    with contextlib.suppress(OSError):
+        _stamp(path).write_text(json.dumps(record) + "\n")
+
+
+def known_sha256(path: Path) -> str:
+    """The file's sha256: remembered when the file has not changed since
+    (same size and mtime), else read and remembered; a server start hashes
+    a model file once, not every time."""
+    st = path.stat()
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        record = json.loads(_stamp(path).read_text())
+        if record["size"] == st.st_size and record["mtime_ns"] == st.st_mtime_ns:
+            return str(record["sha256"])
+    digest = sha256_file(path)
+    remember_sha256(path, digest)
+    return digest
+
+
 def is_valid(path: Path, artifact: Artifact) -> bool:
     """True when `path` exists with the artifact's size and sha256."""
     if not path.is_file() or path.stat().st_size != artifact.size:
         return False
-    return sha256_file(path, f"verify {artifact.filename}") == artifact.sha256
+    digest = sha256_file(path, f"verify {artifact.filename}")
+    remember_sha256(path, digest)
+    return digest == artifact.sha256
 
 
 def download(requirements: list[str], cache_dir: Path) -> list[Path]:
@@ -119,6 +150,7 @@ def _install(tmp: Path, dst: Path, artifact: Artifact) -> None:
             f" expected {artifact.sha256} and {artifact.size}"
         )
     os.replace(tmp, dst)
+    remember_sha256(dst, got)
 
 
 def assemble(llm: LLMPreset, model_dir: Path, cache_dir: Path) -> Path:

@@ -34,8 +34,18 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from flask_app.inference.llm import LLM, FirstTokenProbe, JudgeProbe, TokenStream
+import numpy as np
+import numpy.typing as npt
+
+from flask_app.inference.llm import (
+    LLM,
+    FirstTokenProbe,
+    HiddenStateProbe,
+    JudgeProbe,
+    TokenStream,
+)
 from flask_app.rag import evidence, prompts, retrieval
+from flask_app.rag.answerability import AnswerProbe, Signals
 from flask_app.rag.pipeline import (
     LLMNotConfigured,
     Prompt,
@@ -72,6 +82,21 @@ class AnswerConfig:
     # refusal, when their cosine is at least this (None: never); the models
     # cannot read a schedule into a yes or no (docs/answer-quality.md)
     quote_yes_no: float | None = 0.4
+    # the answerability probe (None: the refusal and judge gates decide) and
+    # the probability it must reach for the model's answer to be kept
+    probe: AnswerProbe | None = None
+    probe_threshold: float = 0.5
+    # more layers whose hidden state the prefill reads (measuring probes)
+    hidden_layers: tuple[int, ...] = ()
+
+    def asks_judge(self) -> bool:
+        if self.probe is not None:
+            return self.probe.uses_judge
+        return self.judge > 0
+
+    def reads_layers(self) -> tuple[int, ...]:
+        own = () if self.probe is None else (self.probe.layer,)
+        return tuple(dict.fromkeys((*own, *self.hidden_layers)))
 
 
 @dataclass(frozen=True)
@@ -226,14 +251,18 @@ class AnswerStream:
         grounding: Grounding,
         question: Question,
         config: AnswerConfig,
+        hidden: HiddenStateProbe | None = None,
     ) -> None:
         self._tokens = tokens
         self._probe = probe
         self._judge = judge
+        self._hidden = hidden
         self._grounding = grounding
         self._question = question
         self._config = config
         self.refusal_probability: float | None = None
+        self.probe_probability: float | None = None  # the probe's, once it read the prefill
+        self.first_token: FirstTokenProbe | None = probe  # its distribution's readings
         self.refused = tokens is None
         # the answer holds no word of the model's: nothing was retrieved, or
         # the gates declined (the refusal, or a declined question's quote)
@@ -242,17 +271,46 @@ class AnswerStream:
 
     @property
     def answerable_probability(self) -> float | None:
-        """The judge's P(yes): the documents state the answer (None: not asked)."""
+        """How likely the documents hold the answer: the probe's probability
+        when it read the prefill, else the judge's P(yes) (None: neither)."""
+        if self.probe_probability is not None:
+            return self.probe_probability
         return None if self._judge is None else self._judge.probability
 
+    def _signals(self) -> Signals:
+        grounding = self._grounding
+        return Signals(
+            hidden=self.hidden_states,
+            refusal_probability=self.refusal_probability,
+            judge=None if self._judge is None else self._judge.probability,
+            meaning=grounding.closest_meaning,
+            evidence_score=grounding.evidence_score,
+            best_cosine=max((hit.score for hit in grounding.sources), default=None),
+        )
+
+    @property
+    def hidden_states(self) -> dict[int, npt.NDArray[np.float32]] | None:
+        """The prompt's last-token hidden state by layer, once the first delta came."""
+        return None if self._hidden is None else self._hidden.states
+
     def _declines(self) -> bool:
-        """At the first delta: the judge or the first token's distribution say decline."""
-        judged = self.answerable_probability
-        if judged is not None and judged < self._config.judge:
+        """At the first delta: the probe, where it read the prefill, else the
+        judge, says decline; or the first token's distribution says the model
+        is about to refuse (then the fixed sentence, or a yes-or-no question's
+        closest line, stands in for the model's own refusal)."""
+        if self._probe is not None:
+            self.refusal_probability = self._probe.probability
+        probe = self._config.probe
+        if probe is not None:
+            self.probe_probability = probe.probability(self._signals())
+        judged = None if self._judge is None else self._judge.probability
+        if self.probe_probability is not None:
+            if self.probe_probability < self._config.probe_threshold:
+                return True
+        elif judged is not None and judged < self._config.judge:
             return True
         if self._probe is None:
             return False
-        self.refusal_probability = self._probe.probability
         return (self.refusal_probability or 0.0) > self._config.refusal_probability
 
     def __iter__(self) -> Iterator[str]:
@@ -324,15 +382,18 @@ def open_answer(
     starts = question.form.refusal_starts
     probe = FirstTokenProbe(starts) if starts else None
     messages = grounding.prompt.messages
-    judge = JudgeProbe(prompts.judge_messages(messages)) if config.judge > 0 else None
+    judge = JudgeProbe(prompts.judge_messages(messages)) if config.asks_judge() else None
+    layers = config.reads_layers()
+    hidden = HiddenStateProbe(layers) if layers else None
     tokens = llm.stream(
         messages,
         max_tokens=config.max_tokens,
         sampling=question.sampling,
         probe=probe,
         judge=judge,
+        hidden=hidden,
         abandoned=abandoned,
         timeout=timeout,
         prompt_tokens=grounding.prompt.prompt_tokens,
     )
-    return AnswerStream(tokens, probe, judge, grounding, question, config)
+    return AnswerStream(tokens, probe, judge, grounding, question, config, hidden)

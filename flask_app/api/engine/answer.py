@@ -11,7 +11,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from flask_app import rag
+from flask_app import rag, simcore
 from flask_app.api.engine import citations, requests
 from flask_app.api.engine.errors import MAX_REQUEST_BYTES, TIMEOUT_MESSAGE, EngineError, invalid
 from flask_app.api.engine.filters import filter_condition
@@ -26,7 +26,12 @@ from flask_app.api.engine.schemas import (
     ReadSpansResponse,
 )
 from flask_app.api.http.disconnect import client_gone_probe
-from flask_app.api.http.extensions import answer_config_of, collections_of, services_of
+from flask_app.api.http.extensions import (
+    answer_config_of,
+    collections_of,
+    gate_of,
+    services_of,
+)
 from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import Operation, operation
 from flask_app.api.http.request_ids import request_id
@@ -194,7 +199,7 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
         return event_stream(_events(stream, reply), stream.close)
     with stream:
         text = "".join(stream)
-    return jsonify(reply.body(text, stream.refused))
+    return jsonify(reply.body(text, stream.refused, stream.answerable_probability))
 
 
 def start_answer(
@@ -253,7 +258,11 @@ class _Reply:
     spans: dict[str, list[tuple[int, int]]]
     credits: int
 
-    def body(self, text: str, refused: bool) -> dict[str, Any]:
+    def body(
+        self, text: str, refused: bool, answerable_probability: float | None = None
+    ) -> dict[str, Any]:
+        """The response: `answerable_probability` is the gate's (probe or judge)
+        probability that the documents hold the answer, null when not read."""
         ask, grounding = self.ask, self.grounding
         refused = refused or prompts.is_refusal(text)
         if refused:
@@ -294,6 +303,7 @@ class _Reply:
                 for i in listed
             ],
             "image_description": None,
+            "answerable_probability": answerable_probability,
             "usage": {"credits": self.credits},
         }
 
@@ -315,7 +325,7 @@ def _events(stream: AnswerStream, reply: _Reply) -> Iterator[bytes]:
         return
     finally:
         stream.close()
-    yield sse("done", reply.body("".join(parts), stream.refused))
+    yield sse("done", reply.body("".join(parts), stream.refused, stream.answerable_probability))
 
 
 def _envelope(reply: _Reply, code: str, message: str) -> dict[str, Any]:
@@ -365,7 +375,13 @@ def info() -> Response:
         {
             "doc_version": "0.1.0-preview",
             "models": {
-                "llm": None if llm is None else {"id": llm.model_id, "preset": llm.preset},
+                "llm": None
+                if llm is None
+                else {
+                    "id": llm.model_id,
+                    "preset": llm.preset,
+                    "answer_gate": gate_of(current_app),
+                },
                 "embedder": None if embedder is None else {"id": embedder.model_id},
             },
             "answer": {
@@ -386,6 +402,7 @@ def info() -> Response:
                     "principals_max": PRINCIPALS_MAX,
                 },
             },
+            "search": {"simd_level": simcore.simd_level(), "popcount": simcore.popcount_kernel()},
             "read_spans": {
                 "max_spans": requests.MAX_SPANS,
                 "max_span_chars": requests.MAX_SPAN_CHARS,

@@ -200,7 +200,7 @@ def _run(app: Flask, jobs: Jobs, payload: dict[str, Any]) -> dict[str, Any]:
             )
             with stream:
                 text = "".join(stream)
-            return reply.body(text, stream.refused)
+            return reply.body(text, stream.refused, stream.answerable_probability)
     except LLMOverloaded as exc:
         raise RetryLater(exc.retry_after) from None
     except LLMCancelled:

@@ -205,6 +205,9 @@ class AnswerResponse(BaseModel):
     effort: Literal["medium", "high"]
     sources: list[Source]
     image_description: str | None
+    # edgerag's: how likely the documents hold the answer (the gate's probe,
+    # else the judge's P(yes); null when neither was read)
+    answerable_probability: float | None = None
     usage: Credits
 
 
@@ -242,6 +245,7 @@ class Info(BaseModel):
     doc_version: str
     models: dict[str, Any]
     answer: dict[str, Any]
+    search: dict[str, str]  # edgerag's: simcore's SIMD level and popcount kernel
     read_spans: dict[str, int]
     filter: dict[str, list[str]]
 

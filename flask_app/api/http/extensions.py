@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Flask
 
 from flask_app.file_collections import FileCollections
@@ -52,7 +54,10 @@ def answer_config_of(app: Flask) -> AnswerConfig:
     """The answer pipeline's part of the app's settings."""
     settings = settings_of(app)
     calibration = settings.calibration()
+    gate = services_of(app).gate
     return AnswerConfig(
+        probe=gate.probe,
+        probe_threshold=gate.threshold,
         max_tokens=settings.max_tokens,
         context_tokens=settings.context_tokens,
         candidates=settings.answer_candidates,
@@ -61,3 +66,9 @@ def answer_config_of(app: Flask) -> AnswerConfig:
         min_cosine=cosine_floor(settings.answer_min_score, settings.score_mapping),
         quote_yes_no=settings.answer_yes_no_quote if settings.answer_yes_no_quote < 1 else None,
     )
+
+
+def gate_of(app: Flask) -> dict[str, Any]:
+    """Which gate declines answers, as /health and /info show it."""
+    calibration = settings_of(app).calibration()
+    return services_of(app).gate.describe(calibration.refusal_probability, calibration.judge)

@@ -18,7 +18,7 @@ from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 
 from flask_app import rag, simcore
-from flask_app.api.http.extensions import records_of, services_of, settings_of
+from flask_app.api.http.extensions import gate_of, records_of, services_of, settings_of
 from flask_app.api.http.json_body import BadRequest, json_object, validate
 from flask_app.api.http.openapi import operation
 from flask_app.api.http.vectors import VectorError, check_matrix
@@ -92,6 +92,7 @@ def health() -> ResponseReturnValue:
             "max_waiting": services.llm.gate.max_waiters,
             "replicas": services.llm.gate.capacity,
             "generating": services.llm.gate.holders,
+            "answer_gate": gate_of(current_app),
         }
     embedder: dict[str, Any] | None = None
     if services.embedder is not None:

@@ -144,6 +144,20 @@ class StreamError(BaseModel):
     message: str
 
 
+class AnswerGate(BaseModel):
+    """Which gate declines answers: the preset's answerability probe (`probe`)
+    or the refusal and judge thresholds (`refusal`, with the reason)."""
+
+    kind: Literal["probe", "refusal"]
+    threshold: float | None = None  # probe: the probability an answer must reach
+    layer: int | None = None  # probe: the hidden layer it reads
+    signals: list[str] | None = None  # probe: what it combines
+    file: str | None = None  # probe: its file
+    refusal_probability: float | None = None  # refusal: the first-token threshold
+    judge: float | None = None  # refusal: the judge threshold (0: not asked)
+    reason: str | None = None  # refusal: why no probe decides
+
+
 class LlmState(BaseModel):
     id: str
     preset: str | None  # the named model (`--llm`); null for a `--model` file
@@ -153,6 +167,7 @@ class LlmState(BaseModel):
     max_waiting: int
     replicas: int  # model replicas behind the queue (1 without a cluster)
     generating: int  # answers being generated now
+    answer_gate: AnswerGate
 
 
 class EmbedderState(BaseModel):
@@ -236,5 +251,7 @@ class AnswerBody(BaseModel):
     sources: list[SearchResult]
     evidence_score: float  # best evidence unit: shared words and closeness in meaning, 0-1
     refusal_probability: float | None  # P(the answer's first token starts a refusal)
-    answerable_probability: float | None = None  # the judge's P(the passages state it)
+    # how likely the passages hold the answer: the gate's probe, else the
+    # judge's P(yes) (null when neither was read)
+    answerable_probability: float | None = None
     usage: AnswerUsage | None = None

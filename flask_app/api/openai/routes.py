@@ -151,8 +151,16 @@ def chat_completions() -> ResponseReturnValue:
     def extension(text: str) -> dict[str, Any]:
         if sources is None:
             return {}
-        refused = (isinstance(tokens, AnswerStream) and tokens.refused) or is_refusal(text)
-        return {"rag": {"sources": [] if refused else sources, "refused": refused}}
+        answer = tokens if isinstance(tokens, AnswerStream) else None
+        refused = (answer is not None and answer.refused) or is_refusal(text)
+        probability = None if answer is None else answer.answerable_probability
+        return {
+            "rag": {
+                "sources": [] if refused else sources,
+                "refused": refused,
+                "answerable_probability": probability,
+            }
+        }
 
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())

@@ -127,6 +127,9 @@ class RagResult(BaseModel):
 
     sources: list[RagSource]
     refused: bool
+    # how likely the documents hold the answer (the gate's probe, else the
+    # judge's P(yes); null when neither was read)
+    answerable_probability: float | None = None
 
 
 class ChatCompletion(BaseModel):

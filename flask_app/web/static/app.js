@@ -52,6 +52,12 @@ const inStore = () => ns() === STORE;
 const collection = () => $("collection").value;
 const base = () => `/namespaces/${encodeURIComponent(ns())}/collections/${encodeURIComponent(collection())}`;
 
+// "probe ≥ 0.42" when the hidden-state probe decides, else the refusal gate's thresholds
+function gateLabel(gate) {
+  if (gate.kind === "probe") return `probe ≥ ${gate.threshold}`;
+  return gate.judge > 0 ? `refusal ${gate.refusal_probability}, judge ${gate.judge}` : `refusal ${gate.refusal_probability}`;
+}
+
 async function loadHealth() {
   try {
     const health = await (await fetch("/health")).json();
@@ -60,6 +66,8 @@ async function loadHealth() {
     $("health-llm").textContent = health.llm
       ? (health.llm.preset ? `${health.llm.preset} (${health.llm.id})` : health.llm.id) : "none";
     $("health-embedder").textContent = health.embedder ? health.embedder.id : "none";
+    $("health-gate").textContent = health.llm ? gateLabel(health.llm.answer_gate) : "none";
+    $("health-gate").title = health.llm && health.llm.answer_gate.reason ? health.llm.answer_gate.reason : "";
     $("health-queue").textContent = health.llm
       ? `${health.llm.busy ? "generating" : "idle"}, ${health.llm.waiting} waiting` : "";
   } catch (err) {

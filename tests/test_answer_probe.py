@@ -1,0 +1,323 @@
+"""The answerability probe: its file, the gate it drives on every surface (a
+fake model whose hidden state is scripted), and how a server picks it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from flask_app.api.engine import answer as engine_answer
+from flask_app.app import create_app
+from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
+from flask_app.inference.llm import LLM
+from flask_app.rag.answerability import (
+    FORMAT,
+    AnswerProbe,
+    Gate,
+    ProbeError,
+    Signals,
+    choose_gate,
+)
+from flask_app.rag.prompts import NO_CONTEXT_ANSWER
+from flask_app.services import Services
+from flask_app.settings import Settings, SettingsError
+from tests import stores
+
+WIDTH = 8
+LAYER = 5
+ANSWER = "The spare key is with the neighbour at number 12."
+DOCUMENT = "The spare key is with the neighbour at number 12. Bins go out on Tuesday evening."
+
+
+def probe_dict(**changes: Any) -> dict[str, Any]:
+    """A probe reading one layer: P(right) = sigmoid(2 × state[0] − 1 × refusal logit)."""
+    weights = [0.0] * WIDTH
+    weights[0] = 1.0
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "preset": "qwen2.5-coder-0.5b",
+        "gguf": "model.gguf",
+        "gguf_sha256": "0" * 64,
+        "layer": LAYER,
+        "hidden": {"weights": weights, "bias": 0.0},
+        "combine": {
+            "weights": {"hidden": 2.0, "refusal_logit": -1.0},
+            "bias": 0.0,
+            "fill": {"hidden": 0.0, "refusal_logit": -3.0},
+        },
+        "threshold": 0.5,
+    }
+    doc.update(changes)
+    return doc
+
+
+def state(first: float) -> list[float]:
+    return [first] + [0.0] * (WIDTH - 1)
+
+
+def test_probability_combines_the_hidden_score_and_the_signals() -> None:
+    probe = AnswerProbe.from_dict(probe_dict())
+    hidden = {LAYER: np.array(state(1.5), dtype=np.float32)}
+    # refusal probability 0.5: logit 0
+    p = probe.probability(Signals(hidden, refusal_probability=0.5))
+    assert p == pytest.approx(1 / (1 + math.exp(-3.0)))
+    # a missing signal takes its fill value (logit −3 → +3 on z)
+    p = probe.probability(Signals(hidden))
+    assert p == pytest.approx(1 / (1 + math.exp(-6.0)))
+    # without the probe's layer there is no probability (the old gates decide)
+    assert probe.probability(Signals({LAYER + 1: hidden[LAYER]})) is None
+    assert probe.probability(Signals(None)) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"format": 99}, "format 99"),
+        ({"combine": {"weights": {"colour": 1.0}, "bias": 0.0, "fill": {}}}, "unknown signals"),
+        ({"layer": "middle"}, "not a probe file"),
+    ],
+)
+def test_a_bad_probe_file_is_refused_with_the_reason(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ProbeError, match=message):
+        AnswerProbe.from_dict(probe_dict(**change))
+
+
+def write_probe(directory: Path, gguf: Path, **changes: Any) -> Path:
+    import hashlib
+
+    directory.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    path = directory / "qwen2.5-coder-0.5b.json"
+    path.write_text(json.dumps(probe_dict(gguf_sha256=digest, **changes)))
+    return path
+
+
+def test_the_probe_trained_on_this_file_is_chosen(tmp_path: Path) -> None:
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"weights")
+    write_probe(tmp_path / "probes", gguf, threshold=0.37)
+    gate = choose_gate("qwen2.5-coder-0.5b", gguf, None, tmp_path / "probes")
+    assert gate.probe is not None and gate.threshold == 0.37
+    assert gate.describe(0.3, 0.0)["kind"] == "probe"
+    # --answer-probe moves the threshold; 0 turns the probe off
+    assert choose_gate("qwen2.5-coder-0.5b", gguf, 0.6, tmp_path / "probes").threshold == 0.6
+    off = choose_gate("qwen2.5-coder-0.5b", gguf, 0.0, tmp_path / "probes")
+    assert off.probe is None and off.describe(0.3, 0.5) == {
+        "kind": "refusal",
+        "refusal_probability": 0.3,
+        "judge": 0.5,
+        "reason": "off (--answer-probe 0)",
+    }
+    # a --model file (no preset) with the same bytes finds the probe by its hash
+    assert choose_gate(None, gguf, None, tmp_path / "probes").probe is not None
+
+
+def test_a_model_file_with_another_hash_warns_and_keeps_the_old_gates(tmp_path: Path) -> None:
+    trained = tmp_path / "trained.gguf"
+    trained.write_bytes(b"weights")
+    write_probe(tmp_path / "probes", trained)
+    other = tmp_path / "requantized.gguf"
+    other.write_bytes(b"other weights")
+    warned: list[str] = []
+    gate = choose_gate("qwen2.5-coder-0.5b", other, None, tmp_path / "probes", warned.append)
+    assert gate.probe is None
+    assert warned == [gate.reason]
+    assert "qwen2.5-coder-0.5b" in warned[0] and str(other) in warned[0]
+    assert "benches/answer_probe.py build --llms qwen2.5-coder-0.5b" in warned[0]
+
+
+def test_the_file_hash_is_remembered_until_the_file_changes(tmp_path: Path) -> None:
+    from flask_app.inference.pull import known_sha256
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"weights")
+    first = known_sha256(gguf)
+    stamp = tmp_path / "model.gguf.sha256"
+    assert json.loads(stamp.read_text())["sha256"] == first
+    gguf.write_bytes(b"other weights!")  # another size: read again
+    assert known_sha256(gguf) != first
+
+
+def test_answer_probe_setting_is_checked() -> None:
+    assert Settings.load({"answer_probe": 0.4}, {}).answer_probe == 0.4
+    assert Settings.load({}, {"EDGERAG_ANSWER_PROBE": "0"}).answer_probe == 0.0
+    with pytest.raises(SettingsError, match=r"answer_probe must be 0\.\.1"):
+        Settings.load({"answer_probe": 1.5}, {})
+
+
+# --- every surface declines through the probe -------------------------------------------
+
+KNOWN = "spare key"  # questions holding these words get a confident hidden state
+
+
+def scripted_state(prompt: str) -> list[float]:
+    question = prompt.rsplit("Question:", 1)[-1]
+    return state(3.0 if KNOWN in question.lower() else -3.0)
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> tuple[Flask, FlaskClient, ScriptedBackend]:
+    # refusal probability 0.1: below the refusal gate (0.3), logit −2.2 in the probe
+    backend = ScriptedBackend(ANSWER, hidden_state=scripted_state, refusal_probability=0.1)
+    services: Services = stores.services(
+        tmp_path / "data", LLM(backend, max_waiters=2, timeout=10.0), HashEmbedder()
+    )
+    services.gate = Gate(AnswerProbe.from_dict(probe_dict()), threshold=0.5)
+    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
+    app = create_app(settings, services)
+    client = app.test_client()
+    r = client.post(
+        "/upload", json={"store_mode": "text", "items": [{"id": "house", "text": DOCUMENT}]}
+    )
+    assert r.status_code == 200
+    return app, client, backend
+
+
+def test_moorcheh_answer_declines_through_the_probe(
+    gated: tuple[Flask, FlaskClient, ScriptedBackend],
+) -> None:
+    _, client, _ = gated
+    body = client.post("/answer", json={"query": "Where is the spare key?"}).get_json()
+    assert body["answer"] == ANSWER
+    z = 2.0 * 3.0 - math.log(0.1 / 0.9)
+    assert body["answerable_probability"] == pytest.approx(1 / (1 + math.exp(-z)))
+    body = client.post("/answer", json={"query": "What does the bin collection cost?"}).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER
+    assert body["answerable_probability"] < 0.5
+    assert body["context_count"] == 1  # the model read the passage; the probe declined
+
+
+def test_the_health_and_info_routes_name_the_probe(
+    gated: tuple[Flask, FlaskClient, ScriptedBackend],
+) -> None:
+    _, client, _ = gated
+    gate = client.get("/health").get_json()["llm"]["answer_gate"]
+    assert gate == {
+        "kind": "probe",
+        "threshold": 0.5,
+        "layer": LAYER,
+        "signals": ["hidden", "refusal_logit"],
+        "file": None,
+    }
+    assert client.get("/info").get_json()["models"]["llm"]["answer_gate"] == gate
+
+
+LUCIDWORKS = "/ai/prediction/rag/llama-3-8b-instruct"
+
+
+def test_lucidworks_declines_through_the_probe(
+    gated: tuple[Flask, FlaskClient, ScriptedBackend],
+) -> None:
+    _, client, backend = gated
+    backend._reply = f"SOURCES:\n- 0\nANSWER: {ANSWER}"
+    document = {"body": DOCUMENT, "source": "http://example.com/house"}
+    for text, found in (("Where is the spare key?", True), ("How much is the parking fee?", False)):
+        body = {"batch": [{"text": text, "documents": [document]}]}
+        r = client.post(LUCIDWORKS, json=body)
+        assert r.status_code == 200, r.get_json()
+        prediction = r.get_json()["predictions"][0]
+        assert prediction["answerFound"] is found, (text, prediction)
+        if not found:
+            assert prediction["sources"] == []
+            assert prediction["tokensUsed"]["completionTokens"] == 0
+
+
+def test_engine_answer_declines_through_the_probe(
+    gated: tuple[Flask, FlaskClient, ScriptedBackend],
+) -> None:
+    app, client, _ = gated
+    client.put("/namespaces/home")
+    client.put("/namespaces/home/collections/notes")
+    r = client.post(
+        "/namespaces/home/collections/notes/files",
+        json={"path": "house.md", "content_type": "text/markdown", "text": DOCUMENT},
+    )
+    assert r.status_code == 202
+    from flask_app.api.http.extensions import collections_of
+
+    with app.app_context():
+        assert collections_of(app).ingestor.wait_idle(30)
+    url = "/namespaces/home/collections/notes:answer"
+    body = client.post(url, json={"query": "Where is the spare key?"}).get_json()
+    assert body["answer"].startswith("The spare key") and body["answerable_probability"] > 0.5
+    body = client.post(url, json={"query": "What is the landlord's phone number?"}).get_json()
+    assert body["answer"] == engine_answer.NOT_FOUND_ANSWER
+    assert body["answerable_probability"] < 0.5
+
+
+def test_openai_grounded_reply_declines_through_the_probe(
+    gated: tuple[Flask, FlaskClient, ScriptedBackend],
+) -> None:
+    _, client, _ = gated
+    for text, refused in (("Where is the spare key?", False), ("Who owns the house?", True)):
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": text}],
+            "rag": {"collection": "moorcheh-edge"},
+        }
+        reply = client.post("/v1/chat/completions", json=body).get_json()
+        rag = reply["rag"]
+        assert rag["refused"] is refused, reply
+        assert (rag["answerable_probability"] < 0.5) is refused
+        if refused:
+            assert reply["choices"][0]["message"]["content"] == NO_CONTEXT_ANSWER
+
+
+def test_without_a_hidden_state_the_refusal_gate_decides(tmp_path: Path) -> None:
+    """A backend that cannot read the hidden state (None) leaves the old gates in charge."""
+    backend = ScriptedBackend(ANSWER, refusal_probability=0.9)  # no hidden_state
+    services = stores.services(
+        tmp_path / "data", LLM(backend, max_waiters=2, timeout=10.0), HashEmbedder()
+    )
+    services.gate = Gate(AnswerProbe.from_dict(probe_dict()), threshold=0.01)
+    app = create_app(Settings.load({"data_dir": tmp_path / "data"}, {}), services)
+    client = app.test_client()
+    client.post("/upload", json={"store_mode": "text", "items": [{"id": "h", "text": DOCUMENT}]})
+    body = client.post("/answer", json={"query": "Where is the spare key?"}).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER  # refusal probability 0.9 > 0.3
+    assert body["answerable_probability"] is None
+
+
+def test_each_preset_ships_a_probe_for_the_file_it_serves() -> None:
+    """The shipped probe files name the sha256 of their preset's default file,
+    which `edgerag pull` checks: a pulled model meets its own probe."""
+    from flask_app.inference.presets import PRESETS
+    from flask_app.rag.answerability import probe_path
+
+    for preset in PRESETS.values():
+        probe = AnswerProbe.read(probe_path(preset.name))
+        served = preset.files()[preset.default_quant]
+        assert probe.preset == preset.name
+        assert probe.gguf_sha256 == served.sha256, preset.name
+        assert 0 < probe.threshold < 1
+
+
+def test_a_model_about_to_refuse_is_declined_when_the_probe_passes(
+    gated: tuple[Flask, FlaskClient, ScriptedBackend],
+) -> None:
+    """The probe says the documents hold it, the first token says the model
+    refuses: the fixed sentence (a yes-or-no question: its closest line)."""
+    _, client, backend = gated
+    backend.refusal_probability = 0.9
+    body = client.post("/answer", json={"query": "Where is the spare key?"}).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER
+    assert body["answerable_probability"] > 0.5
+    body = client.post("/answer", json={"query": "Is the spare key with the neighbour?"})
+    assert body.get_json()["answer"].startswith("The documents do not answer this directly")
+
+
+@pytest.mark.parametrize("preset", ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+def test_the_shipped_probe_rebuilds_bit_for_bit_from_the_committed_rows(preset: str) -> None:
+    """`benches/answer_probe.py fit` over benches/results/answer_probe makes
+    the file the package ships, byte for byte."""
+    from benches.answer_probe import probe_document
+    from flask_app.rag.answerability import probe_path
+
+    assert probe_document(preset) == probe_path(preset).read_text()
