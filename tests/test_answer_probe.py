@@ -194,6 +194,22 @@ def test_moorcheh_answer_declines_through_the_probe(
     assert body["context_count"] == 1  # the model read the passage; the probe declined
 
 
+def test_a_follow_up_question_is_left_to_the_refusal_gate(
+    gated: tuple[Flask, FlaskClient, ScriptedBackend],
+) -> None:
+    """The probe learnt single questions: with a chat history it does not
+    decide (the refusal probability, 0.1, is under its gate)."""
+    _, client, _ = gated
+    history = [
+        {"role": "user", "content": "Where is the spare key?"},
+        {"role": "assistant", "content": ANSWER},
+    ]
+    body = {"query": "What does the bin collection cost?", "chat_history": history}
+    reply = client.post("/answer", json=body).get_json()
+    assert reply["answer"] == ANSWER
+    assert reply["answerable_probability"] is None
+
+
 def test_the_health_and_info_routes_name_the_probe(
     gated: tuple[Flask, FlaskClient, ScriptedBackend],
 ) -> None:

@@ -379,6 +379,10 @@ def open_answer(
         raise LLMNotConfigured()
     if grounding.prompt is None:
         return AnswerStream(None, None, None, grounding, question, config)
+    if question.chat_history and config.probe is not None:
+        # the probe learnt single questions; a follow-up ("Who manages it?")
+        # reads differently, so the refusal and judge gates decide it
+        config = replace(config, probe=None)
     starts = question.form.refusal_starts
     probe = FirstTokenProbe(starts) if starts else None
     messages = grounding.prompt.messages
