@@ -120,7 +120,7 @@ def main() -> None:
     stage("python + imports (before the app)")
     from flask_app.app import create_app
     from flask_app.inference.embed import LlamaEmbedder
-    from flask_app.services import load_services
+    from flask_app.services import assemble, load_services
     from flask_app.settings import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -134,13 +134,14 @@ def main() -> None:
         services = load_services(settings)  # the store and the LLM, as the server
         stage("LLM loaded", llm_file, embed_file)
         assert services.llm is not None
-        services.embedder = LlamaEmbedder(
+        embedder = LlamaEmbedder(
             embed_file,
             n_threads=settings.embed_threads,
             idle_threads=settings.embed_idle_threads,
             lend_idle_threads=lambda: False,
         )
         settings = Settings.load(options, {})
+        services = assemble(settings, services.store, services.llm, embedder, gate=services.gate)
         stage("embedder loaded", llm_file, embed_file)
         app = create_app(settings, services)
         client = app.test_client()

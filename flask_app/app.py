@@ -7,7 +7,6 @@ from importlib.metadata import version
 from flask import Flask
 
 from flask_app import web
-from flask_app.api.engine import research
 from flask_app.api.engine import routes as engine
 from flask_app.api.http import admission, auth, errors, extensions, metrics, openapi
 from flask_app.api.http.json_body import OrjsonProvider
@@ -34,9 +33,10 @@ def create_app(settings: Settings, services: Services | None = None) -> Flask:
     openai.install(app)
     services = extensions.services_of(app)
     catalog = extensions.collections_of(app).catalog
-    queues = {"research": app.extensions[research.EXTENSION].pending}
-    if services.jobs is not None:
-        queues["lucidworks"] = services.jobs.pending
+    queues = {
+        "research": services.research_runs.pending,
+        "lucidworks": services.predictions.pending,
+    }
     metrics.install(app, services, catalog.pending_count, catalog.counts, queues)
     openapi.install(app, version=version("edgerag"))
     web.install(app)

@@ -1,17 +1,23 @@
-"""The models a running server holds, loaded once from the settings."""
+"""Everything a running server holds — the store, the models, the records,
+the file collections, conversation memory and the queues of async work —
+built once from the settings before the app is made (`load_services`, or
+`assemble` around a store and models a test chose). The surfaces read it and
+change none of it."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from flask_app.file_collections import FileCollections
 from flask_app.inference.embed import Embedder, LlamaEmbedder
 from flask_app.inference.llm import LLM, Backend, LlamaBackend
 from flask_app.rag.answerability import Gate, choose_gate
 from flask_app.rag.jobs import Jobs
-from flask_app.records import Records
+from flask_app.rag.memory import Conversations
+from flask_app.records import LocalRecords, Records
 from flask_app.settings import Settings
 from flask_app.store import CollectionUnavailable, Store
 from flask_app.store.protocols import CollectionStore
@@ -23,17 +29,64 @@ class ModelMissing(RuntimeError):
     """A configured model file does not exist."""
 
 
-@dataclass
+# how long finished async work is kept for its client to read
+PREDICTION_RETENTION_S = 3600.0  # Lucidworks async predictions
+RESEARCH_RETENTION_S = 7 * 24 * 3600.0  # Engine research runs
+
+
+@dataclass(frozen=True)
 class Services:
     store: CollectionStore
     llm: LLM | None
     embedder: Embedder | None
     # which gate declines answers: the preset's answerability probe, or the
-    # refusal and judge gates (tests give a probe of their own)
-    gate: Gate = field(default_factory=lambda: Gate(None, reason="not loaded"))
-    jobs: Jobs | None = None  # async work, created with the app when not given
-    records: Records | None = None  # the data directory's when not given
-    collections: FileCollections | None = None  # created with the app when not given
+    # refusal and judge gates
+    gate: Gate
+    records: Records  # the catalog's, memory's and jobs' files (a cluster's: its actor)
+    collections: FileCollections
+    conversations: Conversations  # Lucidworks' conversation memory
+    predictions: Jobs  # Lucidworks async predictions
+    research_runs: Jobs  # Engine research runs
+
+
+def _someone_waits_for(llm: LLM) -> Callable[[], bool]:
+    return lambda: llm.gate.waiting > 0
+
+
+def assemble(
+    settings: Settings,
+    store: CollectionStore,
+    llm: LLM | None,
+    embedder: Embedder | None,
+    *,
+    gate: Gate | None = None,
+    records: Records | None = None,
+) -> Services:
+    """The services around a store and models: records in the data
+    directory unless given, and everything built on them."""
+    records = records if records is not None else LocalRecords(settings.data_dir)
+    queues = []
+    for name, retention_s in (
+        ("jobs", PREDICTION_RETENTION_S),
+        ("research_runs", RESEARCH_RETENTION_S),
+    ):
+        jobs = Jobs(records.job_table(name, retention_s=retention_s), poll_s=records.poll_s)
+        if llm is not None:
+            jobs.yield_to(_someone_waits_for(llm))  # a client's answer goes first
+        queues.append(jobs)
+    return Services(
+        store=store,
+        llm=llm,
+        embedder=embedder,
+        gate=gate if gate is not None else Gate(None, reason="not loaded"),
+        records=records,
+        collections=FileCollections.open(records, store, embedder),
+        conversations=records.conversations(
+            max_turns=settings.memory_turns, ttl_s=settings.memory_ttl_hours * 3600
+        ),
+        predictions=queues[0],
+        research_runs=queues[1],
+    )
 
 
 def _require(path_desc: str, path: object, pull: str | None = "edgerag pull") -> None:
@@ -86,10 +139,10 @@ def load_services(settings: Settings) -> Services:
             gate = choose_gate(
                 llm.preset, settings.llm_path(), settings.answer_probe, warn=_log.warning
             )
+        return assemble(settings, store, llm, embedder, gate=gate, records=records)
     except BaseException:
         store.close()  # a missing model must not keep the data directory locked
         raise
-    return Services(store=store, llm=llm, embedder=embedder, records=records, gate=gate)
 
 
 def _load_models(settings: Settings) -> tuple[LLM | None, Embedder | None]:

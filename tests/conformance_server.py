@@ -11,14 +11,15 @@ from flask import Flask
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
-from flask_app.services import Services
+from flask_app.services import assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
 
 
 def conformance_app(data_dir: Path) -> Flask:
     settings = Settings.load({"data_dir": data_dir}, {})
-    services = Services(
+    services = assemble(
+        settings,
         store=Store(settings.data_dir),
         llm=LLM(ScriptedBackend("A short answer."), max_waiters=settings.queue_size, timeout=30),
         embedder=HashEmbedder(dim=384),

@@ -51,7 +51,7 @@ def settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 def fake_services(settings: Settings) -> Services:
     return stores.services(
-        settings.data_dir, LLM(ScriptedBackend(), max_waiters=2, timeout=10.0), HashEmbedder()
+        settings, LLM(ScriptedBackend(), max_waiters=2, timeout=10.0), HashEmbedder()
     )
 
 

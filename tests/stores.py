@@ -11,12 +11,15 @@ an empty store and catalog as they would with a fresh data directory.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 from flask_app.inference.embed import Embedder
 from flask_app.inference.llm import LLM
-from flask_app.services import Services
+from flask_app.rag.answerability import Gate
+from flask_app.services import Services, assemble
+from flask_app.settings import Settings
 from flask_app.store import Store
 from flask_app.store.protocols import CollectionStore
 
@@ -72,16 +75,19 @@ def open_store(data_dir: Path) -> CollectionStore:
     return store
 
 
-def services(data_dir: Path, llm: LLM | None, embedder: Embedder | None) -> Services:
+def services(
+    settings: Settings, llm: LLM | None, embedder: Embedder | None, *, gate: Gate | None = None
+) -> Services:
     """A server's services on the store under test; on a cluster its records
     (catalog, memory, jobs) are the cluster's too."""
+    data_dir = settings.data_dir
     store = open_store(data_dir)
     if _kind == "local":
-        return Services(store=store, llm=llm, embedder=embedder)
+        return assemble(settings, store, llm, embedder, gate=gate)
     from flask_app.cluster.records import ClusterRecords
 
     records = ClusterRecords.connect(records_dir(data_dir), timeout=60)
-    return Services(store=store, llm=llm, embedder=embedder, records=records)
+    return assemble(settings, store, llm, embedder, gate=gate, records=records)
 
 
 def records_dir(data_dir: Path) -> Path:
@@ -121,3 +127,11 @@ def stop() -> None:
     logging.getLogger("ray").setLevel(logging.ERROR)
     _cluster.shutdown()
     _cluster = None
+
+
+def deny_commit(action: int, arg1: str | None, *_: object) -> int:
+    """An authorizer under which COMMIT fails (as a full disk or an I/O
+    error would make it) and everything else runs."""
+    if action == sqlite3.SQLITE_TRANSACTION and arg1 == "COMMIT":
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK

@@ -22,7 +22,7 @@ from flask_app.inference.llm import LLM
 from flask_app.rag.answer import AnswerConfig
 from flask_app.rag.prompts import JUDGE_QUESTION, NO_CONTEXT_ANSWER
 from flask_app.rag.text import asks_yes_or_no
-from flask_app.services import Services
+from flask_app.services import assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
 from tests.http_client import serve_in_thread
@@ -39,7 +39,7 @@ def build(
 ) -> Flask:
     settings = Settings.load({"data_dir": tmp_path / "data", "answer_min_score": 0, **options}, {})
     llm = LLM(backend, max_waiters=max_waiters, timeout=30) if backend else None
-    services = Services(store=Store(settings.data_dir), llm=llm, embedder=HashEmbedder())
+    services = assemble(settings, store=Store(settings.data_dir), llm=llm, embedder=HashEmbedder())
     app = create_app(settings, services)
     r = app.test_client().post("/upload", json={"store_mode": "text", "items": DOCS})
     assert r.status_code == 200

@@ -166,11 +166,13 @@ def scripted_state(prompt: str) -> list[float]:
 def gated(tmp_path: Path) -> tuple[Flask, FlaskClient, ScriptedBackend]:
     # refusal probability 0.1: below the refusal gate (0.3), logit −2.2 in the probe
     backend = ScriptedBackend(ANSWER, hidden_state=scripted_state, refusal_probability=0.1)
-    services: Services = stores.services(
-        tmp_path / "data", LLM(backend, max_waiters=2, timeout=10.0), HashEmbedder()
-    )
-    services.gate = Gate(AnswerProbe.from_dict(probe_dict()), threshold=0.5)
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
+    services: Services = stores.services(
+        settings,
+        LLM(backend, max_waiters=2, timeout=10.0),
+        HashEmbedder(),
+        gate=Gate(AnswerProbe.from_dict(probe_dict()), threshold=0.5),
+    )
     app = create_app(settings, services)
     client = app.test_client()
     r = client.post(
@@ -289,11 +291,14 @@ def test_openai_grounded_reply_declines_through_the_probe(
 def test_without_a_hidden_state_the_refusal_gate_decides(tmp_path: Path) -> None:
     """A backend that cannot read the hidden state (None) leaves the old gates in charge."""
     backend = ScriptedBackend(ANSWER, refusal_probability=0.9)  # no hidden_state
+    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
     services = stores.services(
-        tmp_path / "data", LLM(backend, max_waiters=2, timeout=10.0), HashEmbedder()
+        settings,
+        LLM(backend, max_waiters=2, timeout=10.0),
+        HashEmbedder(),
+        gate=Gate(AnswerProbe.from_dict(probe_dict()), threshold=0.01),
     )
-    services.gate = Gate(AnswerProbe.from_dict(probe_dict()), threshold=0.01)
-    app = create_app(Settings.load({"data_dir": tmp_path / "data"}, {}), services)
+    app = create_app(settings, services)
     client = app.test_client()
     client.post("/upload", json={"store_mode": "text", "items": [{"id": "h", "text": DOCUMENT}]})
     body = client.post("/answer", json={"query": "Where is the spare key?"}).get_json()

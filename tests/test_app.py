@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
 from flask_app.api.http.extensions import services_of
 from flask_app.app import create_app
-from flask_app.services import Services
+from flask_app.services import assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
 
@@ -55,7 +58,9 @@ def test_llm_failure_maps_to_500_llm_request_failed(app: Flask) -> None:
 
 
 def test_health_without_models(settings: Settings) -> None:
-    app = create_app(settings, Services(store=Store(settings.data_dir), llm=None, embedder=None))
+    app = create_app(
+        settings, assemble(settings, store=Store(settings.data_dir), llm=None, embedder=None)
+    )
     body = app.test_client().get("/health").get_json()
     assert body["status"] == "ok"
     assert body["llm"] is None and body["embedder"] is None
@@ -88,3 +93,13 @@ def test_metrics_count_requests_and_generations(client: FlaskClient) -> None:
     client.put("/namespaces/ops")
     client.put("/namespaces/ops/collections/docs")
     assert "edgerag_collections 1.0" in client.get("/metrics").get_data(as_text=True)
+
+
+def test_services_are_built_once_and_no_surface_changes_them(settings: Settings) -> None:
+    services = assemble(settings, Store(settings.data_dir), None, None)
+    before = {f.name: getattr(services, f.name) for f in dataclasses.fields(services)}
+    create_app(settings, services)
+    for name, value in before.items():
+        assert getattr(services, name) is value, f"{name} was replaced"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        services.llm = None  # type: ignore[misc]

@@ -48,7 +48,7 @@ def front(tmp_path: Path) -> Iterator[Any]:
         settings = Settings.load({"data_dir": tmp_path / name}, {})
         backend = ScriptedBackend(reply)
         services = stores.services(
-            settings.data_dir, LLM(backend, max_waiters=4, timeout=30), HashEmbedder()
+            settings, LLM(backend, max_waiters=4, timeout=30), HashEmbedder()
         )
         app = create_app(settings, services)
         return app, app.test_client(), backend

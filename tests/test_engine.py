@@ -35,9 +35,7 @@ def build(
 ) -> tuple[Flask, ScriptedBackend]:
     settings = Settings.load({"data_dir": tmp_path / "data", **options}, {})
     backend = ScriptedBackend(reply)
-    services = stores.services(
-        settings.data_dir, LLM(backend, max_waiters=4, timeout=30), HashEmbedder()
-    )
+    services = stores.services(settings, LLM(backend, max_waiters=4, timeout=30), HashEmbedder())
     return create_app(settings, services), backend
 
 
@@ -565,7 +563,7 @@ def test_each_format_is_extracted(
 
 def test_ingestion_resumes_after_a_restart(tmp_path: Path) -> None:
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
-    services = stores.services(settings.data_dir, None, HashEmbedder())
+    services = stores.services(settings, None, HashEmbedder())
     app = create_app(settings, services)
     with app.app_context():  # accepted, never ingested: the process "died"
         record, _ = collections_of(current_app).catalog.add_file(
@@ -575,7 +573,7 @@ def test_ingestion_resumes_after_a_restart(tmp_path: Path) -> None:
         collections_of(current_app).catalog.put_collection("ops", "runbooks", None, None)
         collections_of(current_app).catalog.close()
     services.store.close()
-    again = create_app(settings, stores.services(settings.data_dir, None, HashEmbedder()))
+    again = create_app(settings, stores.services(settings, None, HashEmbedder()))
     idle(again)
     got = (
         again.test_client()

@@ -30,7 +30,7 @@ from flask_app.api.moorcheh.schemas import Answer, DeleteItems, Search, Upload
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
-from flask_app.services import Services
+from flask_app.services import assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
 
@@ -235,7 +235,8 @@ def fuzz_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlaskClien
     data: Path = tmp_path_factory.mktemp("fuzz")
     settings = Settings.load({"data_dir": data, "answer_min_score": 0}, {})
     store = Store(settings.data_dir)
-    services = Services(
+    services = assemble(
+        settings,
         store=store,
         llm=LLM(ScriptedBackend("A short answer."), max_waiters=2, timeout=5),
         embedder=HashEmbedder(dim=DIM),

@@ -25,7 +25,7 @@ from flask_app.api.http.waitress_server import LINGER_BYTES
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
-from flask_app.services import Services
+from flask_app.services import Services, assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
 from tests.http_client import free_port, serve_in_thread, start_server
@@ -35,7 +35,8 @@ def make(
     tmp_path: Path, backend: ScriptedBackend | None = None, **options: object
 ) -> tuple[Flask, Settings, Services]:
     settings = Settings.load({"data_dir": tmp_path / "data", "answer_min_score": 0, **options}, {})
-    services = Services(
+    services = assemble(
+        settings,
         store=Store(settings.data_dir),
         llm=LLM(backend or ScriptedBackend(), max_waiters=settings.queue_size, timeout=60),
         embedder=HashEmbedder(dim=384),

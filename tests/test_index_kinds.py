@@ -12,7 +12,7 @@ import pytest
 from flask_app import simcore
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder
-from flask_app.services import Services
+from flask_app.services import assemble
 from flask_app.settings import Settings, SettingsError
 from flask_app.store import Collection, Store
 
@@ -103,7 +103,7 @@ def test_store_index_setting_applies_to_the_edge_store_and_survives_clearing(
     store.drop(Store.EDGE_NAMESPACE, Store.EDGE_COLLECTION)
     assert store.edge().index_kind == "binary"
     settings = Settings.load({"data_dir": tmp_path}, {})
-    app = create_app(settings, Services(store, None, None))
+    app = create_app(settings, assemble(settings, store, None, None))
     assert app.test_client().get("/health").get_json()["store_index"] == "binary"
     store.close()
 
@@ -111,7 +111,7 @@ def test_store_index_setting_applies_to_the_edge_store_and_survives_clearing(
 def test_engine_collections_take_an_index_kind(tmp_path: Path) -> None:
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
     first = Store(settings.data_dir)
-    app = create_app(settings, Services(first, None, HashEmbedder()))
+    app = create_app(settings, assemble(settings, first, None, HashEmbedder()))
     client = app.test_client()
     assert client.put("/namespaces/ops").status_code == 201
     r = client.put("/namespaces/ops/collections/docs", json={})
@@ -128,7 +128,7 @@ def test_engine_collections_take_an_index_kind(tmp_path: Path) -> None:
     # after a restart, listing reads the kind without opening the collection
     first.close()
     store = Store(settings.data_dir)
-    app = create_app(settings, Services(store, None, HashEmbedder()))
+    app = create_app(settings, assemble(settings, store, None, HashEmbedder()))
     listed = app.test_client().get("/namespaces/ops/collections").get_json()["collections"]
     assert [c["index"] for c in listed] == ["binary"]
     assert ("ops", "docs") not in store._collections

@@ -54,7 +54,7 @@ def build(
     settings = Settings.load({"data_dir": tmp_path / "data", **options}, {})
     backend = ScriptedBackend(reply, n_ctx=n_ctx)
     services = stores.services(
-        settings.data_dir, LLM(backend, max_waiters=4, timeout=30), embedder or HashEmbedder()
+        settings, LLM(backend, max_waiters=4, timeout=30), embedder or HashEmbedder()
     )
     return create_app(settings, services), backend
 
@@ -581,7 +581,7 @@ def test_client_leaving_a_stream_stops_generation(tmp_path: Path) -> None:
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
     backend = ScriptedBackend(slow, token_delay=0.02)
     llm = LLM(backend, max_waiters=4, timeout=30)
-    app = create_app(settings, stores.services(settings.data_dir, llm, HashEmbedder()))
+    app = create_app(settings, stores.services(settings, llm, HashEmbedder()))
     with serve_in_thread(app) as base:
         response = requests.post(
             base + RAG, json=T1, headers={"Accept": "text/event-stream"}, stream=True, timeout=10
@@ -736,7 +736,7 @@ def test_queue_full_is_429_with_retry_after(tmp_path: Path) -> None:
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
     backend = ScriptedBackend("SOURCES:\n- 0\nANSWER: " + "w " * 100, token_delay=0.02)
     llm = LLM(backend, max_waiters=0, timeout=30)
-    app = create_app(settings, stores.services(settings.data_dir, llm, HashEmbedder()))
+    app = create_app(settings, stores.services(settings, llm, HashEmbedder()))
     with serve_in_thread(app) as base:
         holder = threading.Thread(target=lambda: requests.post(base + RAG, json=T1, timeout=30))
         holder.start()

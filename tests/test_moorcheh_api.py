@@ -28,7 +28,7 @@ def unit(seed: int, dim: int = DIM) -> list[float]:
 def make_app(tmp_path: Path, **options: object) -> Flask:
     settings = Settings.load({"data_dir": tmp_path / "data", **options}, {})
     services = stores.services(
-        settings.data_dir, LLM(ScriptedBackend(), max_waiters=2), HashEmbedder(dim=384)
+        settings, LLM(ScriptedBackend(), max_waiters=2), HashEmbedder(dim=384)
     )
     return create_app(settings, services)
 

@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
-from flask_app.services import Services
+from flask_app.services import assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
 from tests.http_client import serve_in_thread
@@ -30,7 +30,7 @@ def served(tmp_path: Path) -> Iterator[tuple[OpenAI, ScriptedBackend, LLM]]:
     settings = Settings.load({"data_dir": tmp_path / "data", "api_keys": "sk-local"}, {})
     backend = ScriptedBackend("Paris is the capital of France.")
     llm = LLM(backend, max_waiters=0, timeout=30)
-    app = create_app(settings, Services(Store(settings.data_dir), llm, HashEmbedder()))
+    app = create_app(settings, assemble(settings, Store(settings.data_dir), llm, HashEmbedder()))
     with serve_in_thread(app) as base:
         client = OpenAI(base_url=base + "/v1", api_key="sk-local", max_retries=0)
         yield client, backend, llm
@@ -261,7 +261,9 @@ def test_grounded_chat_marks_the_models_own_refusal(tmp_path: Path) -> None:
 
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
     backend = ScriptedBackend(NO_CONTEXT_ANSWER)
-    app = create_app(settings, Services(Store(settings.data_dir), LLM(backend), HashEmbedder()))
+    app = create_app(
+        settings, assemble(settings, Store(settings.data_dir), LLM(backend), HashEmbedder())
+    )
     client = app.test_client()
     client.post(
         "/upload",

@@ -23,7 +23,7 @@ from flask_app.api.http.openapi import UNDOCUMENTED_ENDPOINTS, openapi_path, ope
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
-from flask_app.services import Services
+from flask_app.services import assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
 
@@ -31,7 +31,8 @@ from flask_app.store import Store
 @pytest.fixture
 def app(tmp_path: Path) -> Flask:
     settings = Settings.load({"data_dir": tmp_path / "data", "api_keys": "k"}, {})
-    services = Services(
+    services = assemble(
+        settings,
         Store(settings.data_dir),
         LLM(ScriptedBackend("Deploys are frozen on Fridays."), timeout=30),
         HashEmbedder(),

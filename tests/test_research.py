@@ -22,7 +22,7 @@ from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.rag.jobs import Jobs
 from flask_app.records import LocalRecords
-from flask_app.services import Services
+from flask_app.services import assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
 from tests.test_engine import DEPLOY, idle
@@ -33,7 +33,9 @@ ASK = {"query": "When are deploys frozen?"}
 
 def build(data: Path, backend: ScriptedBackend, **options: Any) -> tuple[Flask, FlaskClient]:
     settings = Settings.load({"data_dir": data, **options}, {})
-    services = Services(Store(settings.data_dir), LLM(backend, timeout=60), HashEmbedder())
+    services = assemble(
+        settings, Store(settings.data_dir), LLM(backend, timeout=60), HashEmbedder()
+    )
     app = create_app(settings, services)
     return app, app.test_client()
 

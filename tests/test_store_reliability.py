@@ -20,6 +20,7 @@ from flask_app import simcore
 from flask_app.store import Collection, CollectionUnavailable, DataDirLocked, Store
 from flask_app.store.collection import COMPACT_MIN_DEAD
 from tests.http_client import ServerProcess, free_port, start_server
+from tests.stores import deny_commit
 
 DIM = 384
 
@@ -190,7 +191,7 @@ def test_a_missing_index_with_stored_items_is_reported_not_emptied(tmp_path: Pat
 
 def test_a_corrupt_collection_is_reported_by_health_and_refused_alone(tmp_path: Path) -> None:
     from flask_app.app import create_app
-    from flask_app.services import Services
+    from flask_app.services import assemble
     from flask_app.settings import Settings
 
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
@@ -202,7 +203,9 @@ def test_a_corrupt_collection_is_reported_by_health_and_refused_alone(tmp_path: 
     generation = next(p for p in (c.path / "index").iterdir() if p.is_dir())
     for f in generation.iterdir():
         f.write_bytes(b"garbage" * 10)
-    app = create_app(settings, Services(store=Store(settings.data_dir), llm=None, embedder=None))
+    app = create_app(
+        settings, assemble(settings, store=Store(settings.data_dir), llm=None, embedder=None)
+    )
     client = app.test_client()
     health = client.get("/health")
     assert health.status_code == 200
@@ -217,24 +220,12 @@ def test_a_failed_commit_is_rolled_back(tmp_path: Path) -> None:
     v = np.asarray([unit(k, 16) for k in range(2)], dtype=np.float32)
     c.upsert(["a"], v[:1], ["t"], [None], mode="vector", embedding_model=None)
 
-    class FailingCommit:
-        def __init__(self, real: sqlite3.Connection) -> None:
-            self.real = real
-
-        def __getattr__(self, name: str) -> object:
-            return getattr(self.real, name)
-
-        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
-            if sql == "COMMIT":
-                raise sqlite3.OperationalError("disk I/O error")
-            return self.real.execute(sql, *args)
-
     real = c._db()
-    c._local.db = FailingCommit(real)
-    with pytest.raises(sqlite3.OperationalError):
+    real.set_authorizer(deny_commit)
+    with pytest.raises(sqlite3.DatabaseError):
         c.upsert(["b"], v[1:], ["t"], [None], mode="vector", embedding_model=None)
+    real.set_authorizer(None)
     assert not real.in_transaction  # was left open: every later write failed
-    c._local.db = real
     c.upsert(["c"], v[1:], ["t"], [None], mode="vector", embedding_model=None)
     assert sorted(i["id"] for i in c.export(limit=None, after=None, with_vectors=False)[0]) == [
         "a",

@@ -16,7 +16,7 @@ from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.rag import unit_vectors
 from flask_app.rag.unit_vectors import UnitVectors
-from flask_app.services import Services
+from flask_app.services import assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
 
@@ -74,7 +74,7 @@ def test_two_answers_about_the_same_passage_embed_its_units_once(tmp_path: Path)
     embedder = CountingEmbedder()
     settings = Settings.load({"data_dir": tmp_path / "data", "answer_min_score": 0}, {})
     llm = LLM(ScriptedBackend("At 7."), max_waiters=1, timeout=30)
-    services = Services(store=Store(settings.data_dir), llm=llm, embedder=embedder)
+    services = assemble(settings, store=Store(settings.data_dir), llm=llm, embedder=embedder)
     client = create_app(settings, services).test_client()
     text = "The pool opens at 7:00 on weekdays. Lockers take a £1 coin, returned after."
     items = [{"id": "pool", "text": text}]

@@ -30,7 +30,7 @@ from flask_app.app import create_app
 from flask_app.inference.embed import Vectors
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
-from flask_app.services import Services
+from flask_app.services import assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
 from tests.http_client import serve_in_thread
@@ -72,7 +72,8 @@ def server(tmp_path: Path) -> Iterator[tuple[str, ScriptedBackend]]:
     backend = ScriptedBackend("Deploys are frozen on Fridays, and hotfixes need SRE approval.")
     backend.token_delay = 0.05  # slow enough to see the answer arrive piece by piece
     app = create_app(
-        settings, Services(Store(settings.data_dir), LLM(backend, timeout=30), SlowEmbedder())
+        settings,
+        assemble(settings, Store(settings.data_dir), LLM(backend, timeout=30), SlowEmbedder()),
     )
     with serve_in_thread(app, threads=8) as base:
         yield base, backend
@@ -267,7 +268,8 @@ def test_the_store_the_cli_tour_filled_is_shown_and_answers(
     backend = ScriptedBackend("The museum is closed on Mondays.")
     backend.token_delay = 0.05
     app = create_app(
-        settings, Services(Store(settings.data_dir), LLM(backend, timeout=30), HashEmbedder())
+        settings,
+        assemble(settings, Store(settings.data_dir), LLM(backend, timeout=30), HashEmbedder()),
     )
     tour = tmp_path / "tour.json"
     tour.write_text(json.dumps(TOUR))

@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
+from flask_app.cluster.shard import Shard
 from flask_app.cluster.shards import Shards
 from flask_app.store import (
     CapacityError,
@@ -29,14 +30,19 @@ from flask_app.store import (
     VectorRejected,
     ranking,
 )
-from flask_app.store.bm25 import LexicalStats
 from flask_app.store.collection import Vectors, check_settings
 from flask_app.store.ranking import Candidate
 from flask_app.store.unit import unit_rows
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def _invoke(method: str, args: tuple[Any, ...], actor: Any) -> Any:
-    return getattr(actor, method).remote(*args)
+
+def _invoke(method: Callable[..., Any], args: tuple[Any, ...], actor: Any) -> Any:
+    """`method` of the `Shard` class, run by the shard's actor. Calls name the
+    method itself (`Shard.info`), so mypy checks that it exists and, through
+    `_all` and `_by_shard`, its arguments and its result."""
+    return getattr(actor, method.__name__).remote(*args)
 
 
 def shard_of(item_id: str, shards: int) -> int:
@@ -54,7 +60,7 @@ class ShardedCollection:
         self.namespace = namespace
         self.name = name
 
-    def _run(self, method: str, args: Mapping[int, tuple[Any, ...]]) -> list[Any]:
+    def _run(self, method: Callable[..., Any], args: Mapping[int, tuple[Any, ...]]) -> list[Any]:
         """`method(namespace, name, *args[n])` on each shard n of `args`."""
         calls = {
             n: functools.partial(_invoke, method, (self.namespace, self.name, *shard_args))
@@ -62,7 +68,13 @@ class ShardedCollection:
         }
         return self.shards.call(calls, f"{self.namespace}/{self.name}")
 
-    def _all(self, method: str, *args: Any) -> list[Any]:
+    def _all(
+        self,
+        method: Callable[Concatenate[Shard, str, str, P], R],
+        *args: P.args,
+        **no_keywords: P.kwargs,
+    ) -> list[R]:
+        """`method(namespace, name, *args)` on every shard."""
         return self._run(method, dict.fromkeys(range(len(self.shards.actors)), args))
 
     def _split(self, ids: Sequence[str]) -> dict[int, list[int]]:
@@ -73,21 +85,26 @@ class ShardedCollection:
             parts.setdefault(shard_of(item_id, count), []).append(pos)
         return parts
 
-    def _by_shard(self, ids: Sequence[str], method: str, *args: Any) -> list[Any]:
+    def _by_shard(
+        self,
+        ids: Sequence[str],
+        method: Callable[Concatenate[Shard, str, str, Sequence[str], P], R],
+        *args: P.args,
+        **no_keywords: P.kwargs,
+    ) -> list[R]:
         """`method(ns, name, <the shard's ids>, *args)` on each shard holding some of `ids`."""
         parts = self._split(ids)
         return self._run(method, {n: ([ids[p] for p in ps], *args) for n, ps in parts.items()})
 
     @property
     def index_kind(self) -> str:
-        kinds: list[str] = self._all("index_kind")
-        return kinds[0]
+        return self._all(Shard.index_kind)[0]
 
     def set_index(self, kind: str) -> None:
-        self._all("set_index", kind)
+        self._all(Shard.set_index, kind)
 
     def info(self) -> CollectionInfo:
-        return self._merged(self._all("info"))
+        return self._merged(self._all(Shard.info))
 
     @staticmethod
     def _merged(infos: list[CollectionInfo]) -> CollectionInfo:
@@ -127,7 +144,7 @@ class ShardedCollection:
                 f"vector {bad} (id {ids[bad]!r}) has a non-finite value or is too close "
                 "to zero to have a direction"
             )
-        per_shard: list[CollectionInfo] = self._all("info")
+        per_shard = self._all(Shard.info)
         info = self._merged(per_shard)
         settings = {"dimension": info.dimension, "mode": info.mode}
         settings["embedding_model"] = info.embedding_model
@@ -149,21 +166,25 @@ class ShardedCollection:
             for n, positions in self._split(ids).items()
         }
         # each shard written answers its new count: the total needs no further round
-        counts = dict(zip(parts, self._run("upsert", parts), strict=True))
+        counts = dict(zip(parts, self._run(Shard.upsert, parts), strict=True))
         return sum(counts.get(n, i.items) for n, i in enumerate(per_shard))
 
     def delete(self, ids: Sequence[str]) -> tuple[int, list[str]]:
         unique = list(dict.fromkeys(ids))
-        results: list[tuple[int, list[str]]] = self._by_shard(unique, "delete")
+        results = self._by_shard(unique, Shard.delete)
         missing = {i for _, gone in results for i in gone}
         return sum(n for n, _ in results), [i for i in unique if i in missing]
 
     def matching_ids(self, metadata: Mapping[str, MetadataValue]) -> list[str]:
-        parts: list[list[str]] = self._all("matching_ids", dict(metadata))
+        parts = self._all(Shard.matching_ids, dict(metadata))
         return sorted(i for part in parts for i in part)
 
     def _scatter(
-        self, method: str, only: AbstractSet[str] | None, *args: Any, every_shard: bool = False
+        self,
+        method: Callable[..., Any],
+        only: AbstractSet[str] | None,
+        *args: Any,
+        every_shard: bool = False,
     ) -> list[Any]:
         """`method` on every shard that may hold a result (`every_shard`: on
         all), each given its share of `only`."""
@@ -186,7 +207,7 @@ class ShardedCollection:
         only: AbstractSet[str] | None = None,
     ) -> list[Hit]:
         parts: list[tuple[int, list[Hit], list[Candidate]]] = self._scatter(
-            "search_rescorable", only, query, k, dict(metadata) if metadata else None
+            Shard.search_rescorable, only, query, k, dict(metadata) if metadata else None
         )
         if not parts:
             return []
@@ -220,7 +241,7 @@ class ShardedCollection:
         if not words:
             return []
         words = list(words)
-        parts: list[LexicalStats] = self._all("lexical_stats", words)
+        parts = self._all(Shard.lexical_stats, words)
         total = functools.reduce(operator.add, parts)
         if total.rows == 0:
             return []
@@ -228,7 +249,7 @@ class ShardedCollection:
         # every shard, even one holding none of `only`: its rows take places
         # among the best `fetch` as they would in one collection
         candidates: list[list[tuple[str, float, bool]]] = self._scatter(
-            "lexical_candidates",
+            Shard.lexical_candidates,
             only,
             words,
             fetch,
@@ -240,11 +261,11 @@ class ShardedCollection:
         return [(i, s) for i, s, allowed in best[:fetch] if allowed][:k]
 
     def cosines(self, query: Vectors, ids: Sequence[str]) -> dict[str, float]:
-        parts: list[dict[str, float]] = self._by_shard(ids, "cosines_of", query)
+        parts = self._by_shard(ids, Shard.cosines_of, query)
         return {i: s for part in parts for i, s in part.items()}
 
     def items(self, ids: Sequence[str]) -> dict[str, Item]:
-        parts: list[dict[str, Item]] = self._by_shard(ids, "items")
+        parts = self._by_shard(ids, Shard.items)
         return {i: item for part in parts for i, item in part.items()}
 
     def export(
@@ -252,9 +273,7 @@ class ShardedCollection:
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Items in id order after `after`: each shard's first `limit` after
         it hold the collection's first `limit`."""
-        parts: list[tuple[list[dict[str, Any]], str | None]] = self._all(
-            "export", limit, after, with_vectors
-        )
+        parts = self._all(Shard.export, limit, after, with_vectors)
         merged = sorted((item for items, _ in parts for item in items), key=lambda i: i["id"])
         if limit is None:
             return merged, None

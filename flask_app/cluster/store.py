@@ -26,6 +26,7 @@ import ray.exceptions
 from flask_app.cluster.shard import Shard
 from flask_app.cluster.sharded import ShardedCollection
 from flask_app.cluster.shards import Shards
+from flask_app.errors import Kind
 from flask_app.store import Store, StoreError
 from flask_app.store.store import lock_exclusively
 
@@ -40,7 +41,7 @@ SHARD_CONCURRENCY = 8
 class ClusterUnusable(StoreError):
     """The cluster cannot hold the shards as asked."""
 
-    status = 503
+    kind = Kind.UNAVAILABLE
 
 
 def _check_reachable(address: str) -> None:
@@ -196,7 +197,7 @@ class ClusterStore:
         return edge
 
     def drop(self, namespace: str, name: str) -> None:
-        self.collection(namespace, name)._all("drop")
+        self.collection(namespace, name)._all(Shard.drop)
 
     def index_kind(self, namespace: str, name: str) -> str:
         return self.collection(namespace, name).index_kind

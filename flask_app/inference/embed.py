@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from flask_app.errors import Kind, ServiceError
 from flask_app.inference.bert_encoder import BertEncoder, UnsupportedModel
 from flask_app.inference.llama_runtime import (
     available_cores,
@@ -25,7 +26,7 @@ from flask_app.inference.llama_runtime import (
 Vectors = npt.NDArray[np.float32]
 
 
-class EmbeddingError(ValueError):
+class EmbeddingError(ServiceError, ValueError):
     """A text cannot be embedded (too long, empty)."""
 
 
@@ -40,8 +41,11 @@ class TextTooLong(EmbeddingError):
         self.limit = limit
 
 
-class EmbedderBusy(Exception):
+class EmbedderBusy(ServiceError):
     """The embedder stayed busy past the caller's deadline."""
+
+    kind = Kind.BUSY
+    retry_after = 1
 
 
 class Embedder(Protocol):

@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypedDict, cast
 import numpy as np
 import numpy.typing as npt
 
+from flask_app.errors import Kind, ServiceError
 from flask_app.inference import hidden_state
 from flask_app.inference.llama_runtime import (
     available_cores,
@@ -37,12 +38,17 @@ class ChatMessage(TypedDict):
     content: str
 
 
-class LLMError(Exception):
+class LLMError(ServiceError):
     """Base of every error the LLM layer raises."""
+
+    kind = Kind.MODEL_FAILED
 
 
 class LLMOverloaded(LLMError):
     """The wait queue is full; try again after `retry_after` seconds."""
+
+    kind = Kind.BUSY
+    retry_after: int
 
     def __init__(self, waiting: int, retry_after: int) -> None:
         super().__init__(
@@ -51,24 +57,36 @@ class LLMOverloaded(LLMError):
         self.retry_after = retry_after
 
 
-class ReplicaLost(LLMOverloaded):
+class ReplicaLost(LLMError):
     """A model replica of the cluster died (Ray restarts it): retry shortly."""
 
+    kind = Kind.UNAVAILABLE
+
     def __init__(self, detail: str, retry_after: int = 5) -> None:
-        LLMError.__init__(self, f"a model replica failed ({detail}); retry in {retry_after} s")
+        super().__init__(f"a model replica failed ({detail}); retry in {retry_after} s")
         self.retry_after = retry_after
 
 
 class LLMTimeout(LLMError):
     """The request's deadline passed while waiting or generating."""
 
+    kind = Kind.TIMEOUT
+
 
 class LLMFailed(LLMError):
-    """The model raised while generating."""
+    """The model raised while generating (the detail is for the log)."""
+
+    kind = Kind.MODEL_FAILED
+
+    @property
+    def public_message(self) -> str:
+        return "LLM request failed"
 
 
 class LLMCancelled(LLMError):
     """The client left while its request waited for the model."""
+
+    kind = Kind.CANCELLED
 
 
 # How often a waiter and a generation look whether their client is still there.

@@ -111,6 +111,34 @@ class Grounding:
     closest: evidence.Evidence | None = None
     closest_meaning: float | None = None
 
+    @classmethod
+    def nothing(cls) -> Grounding:
+        """Nothing retrieved (or nothing asked): the answer is the fixed
+        sentence, without the model."""
+        return cls(sources=[], pieces=[], best=None, evidence_score=0.0, prompt=None)
+
+    @classmethod
+    def of_prompt(
+        cls,
+        prompt: Prompt,
+        sources: list[Hit],
+        pieces: list[evidence.Evidence],
+        selection: evidence.Selection,
+        best: evidence.Evidence | None,
+        closest: tuple[evidence.Evidence | None, float | None],
+    ) -> Grounding:
+        """A prompt built from `selection`'s evidence, with the chosen unit
+        closest in meaning when the prompt shows it."""
+        return cls(
+            sources=sources,
+            pieces=pieces,
+            best=best,
+            evidence_score=selection.best_score,
+            prompt=prompt,
+            closest=closest[0],
+            closest_meaning=closest[1],
+        )
+
 
 def _evidence_query(question: Question) -> str:
     """The question, preceded by the previous one in a conversation (a
@@ -137,7 +165,7 @@ def ground(
         lambda texts: retriever.closeness(question.query, texts),
     )
     if not selection.pieces:
-        return Grounding([], [], None, 0.0, None)
+        return Grounding.nothing()
     # passages in the order of their best evidence, at most top_k of them
     used = list(dict.fromkeys(piece.passage for piece in selection.pieces))[: question.top_k]
     renumber = {old: new for new, old in enumerate(used)}
@@ -159,7 +187,7 @@ def ground(
         kept = len(prompt.sources)
         pieces = by_rank[:kept]
         closest = _closest_shown(selection, renumber, pieces)
-        return Grounding(prompt.sources, pieces, best, selection.best_score, prompt, *closest)
+        return Grounding.of_prompt(prompt, prompt.sources, pieces, selection, best, closest)
     sources = [candidates[i] for i in used]
     if config.evidence_only:
         blocks = [" … ".join(p.text for p in pieces if p.passage == i) for i in range(len(used))]
@@ -176,7 +204,7 @@ def ground(
     kept = len(prompt.sources)
     pieces = [p for p in pieces if p.passage < kept]
     closest = _closest_shown(selection, renumber, pieces)
-    return Grounding(sources[:kept], pieces, best, selection.best_score, prompt, *closest)
+    return Grounding.of_prompt(prompt, sources[:kept], pieces, selection, best, closest)
 
 
 def _closest_shown(
@@ -240,8 +268,24 @@ def echoes_subject(answer: str, question: str) -> bool:
     return echoed and not names_something(answer, question)
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """How an answer ended: known once its last delta is out."""
+
+    refused: bool  # the fixed sentence stands for the answer
+    # the answer holds no word of the model's: nothing was retrieved, or the
+    # gates declined (the fixed sentence, or a declined question's quote)
+    declined: bool
+    stopped_repeating: bool  # cut where the model began to loop
+    refusal_probability: float | None  # the first token's, when read
+    # how likely the documents hold the answer: the probe's probability when
+    # it read the prefill, else the judge's P(yes) (None: neither)
+    answerable_probability: float | None
+
+
 class AnswerStream:
-    """Deltas of one answer; joined they are exactly the final answer."""
+    """Deltas of one answer; joined they are exactly the final answer. Its
+    `outcome` is there once the last delta was taken."""
 
     def __init__(
         self,
@@ -263,19 +307,29 @@ class AnswerStream:
         self.refusal_probability: float | None = None
         self.probe_probability: float | None = None  # the probe's, once it read the prefill
         self.first_token: FirstTokenProbe | None = probe  # its distribution's readings
-        self.refused = tokens is None
-        # the answer holds no word of the model's: nothing was retrieved, or
-        # the gates declined (the refusal, or a declined question's quote)
-        self.declined = tokens is None
-        self.stopped_repeating = False
+        self._outcome: Outcome | None = None
+
+    @property
+    def outcome(self) -> Outcome:
+        """How the answer ended (RuntimeError before its last delta was taken)."""
+        if self._outcome is None:
+            raise RuntimeError("the answer's outcome is known once its last delta is taken")
+        return self._outcome
 
     @property
     def answerable_probability(self) -> float | None:
-        """How likely the documents hold the answer: the probe's probability
-        when it read the prefill, else the judge's P(yes) (None: neither)."""
         if self.probe_probability is not None:
             return self.probe_probability
         return None if self._judge is None else self._judge.probability
+
+    def _ended(self, *, refused: bool, declined: bool, stopped_repeating: bool = False) -> None:
+        self._outcome = Outcome(
+            refused=refused,
+            declined=declined,
+            stopped_repeating=stopped_repeating,
+            refusal_probability=self.refusal_probability,
+            answerable_probability=self.answerable_probability,
+        )
 
     def _signals(self) -> Signals:
         grounding = self._grounding
@@ -317,33 +371,32 @@ class AnswerStream:
         form = self._question.form
         if self._tokens is None:
             yield form.refusal
+            self._ended(refused=True, declined=True)
             return
         parts: list[str] = []
+        stopped_repeating = False
         for delta in clean_stream(self._tokens):
             if not parts and self._grounding.sources and self._declines():
                 self._tokens.close()
-                self.declined = True
                 quote = self._quote_instead_of_refusal()
-                if quote is not None:
-                    yield quote
-                    return
-                self.refused = True
-                yield form.refusal
+                yield form.refusal if quote is None else quote
+                self._ended(refused=quote is None, declined=True)
                 return
             parts.append(delta)
             yield delta
             if repeating_tail("".join(parts[-64:])):
                 self._tokens.close()  # a loop ("1000000…") would run to max_tokens
-                self.stopped_repeating = True
+                stopped_repeating = True
                 break
         text = "".join(parts)
         best = self._grounding.best
-        if best is None:
-            return
         query = self._question.query
-        if not text.strip() or restates(text, query) or echoes_subject(text, query):
+        if best is not None and (
+            not text.strip() or restates(text, query) or echoes_subject(text, query)
+        ):
             line = evidence.supporting_unit(text, query, self._grounding.pieces) or best.text
             yield prompts.quote_suffix(line, bool(text.strip()))
+        self._ended(refused=False, declined=False, stopped_repeating=stopped_repeating)
 
     def _quote_instead_of_refusal(self) -> str | None:
         """A declined yes-or-no question's closest evidence line, quoted

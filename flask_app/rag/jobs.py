@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from flask_app.errors import ServiceError
 from flask_app.store.job_table import (
     CANCELLED,
     ERROR,
@@ -64,6 +65,14 @@ class RetryLater(Exception):
     def __init__(self, delay: float) -> None:
         super().__init__(f"retry in {delay:g} s")
         self.delay = delay
+
+
+def retry_later(exc: BaseException) -> RetryLater | None:
+    """RetryLater for an error that passes with time (a full queue, a replica
+    or shard restarting), None for any other."""
+    if isinstance(exc, ServiceError) and exc.retry_after is not None:
+        return RetryLater(exc.retry_after)
+    return None
 
 
 class JobFailed(Exception):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flask_app.inference.llm import ChatMessage
-from flask_app.store.sqlite_file import transaction
+from flask_app.store import sqlite_db
 
 
 @dataclass(frozen=True)
@@ -45,18 +45,19 @@ CREATE TABLE IF NOT EXISTS turns (
 CREATE INDEX IF NOT EXISTS turns_at ON turns (at);
 """
 
+# files written before numbered migrations are at version 0 with the table
+MEMORY_SCHEMA = sqlite_db.Schema("conversation memory", (sqlite_db.script(_SCHEMA),))
+
 
 class Conversations:
     def __init__(self, path: Path, *, max_turns: int = 10, ttl_s: float = 86_400.0) -> None:
         self.path = path
         self.max_turns = max_turns
         self.ttl_s = ttl_s
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with self._db() as db:
-            db.executescript(_SCHEMA)
+        self._sqlite = sqlite_db.Database(path, MEMORY_SCHEMA)
 
     def _db(self) -> AbstractContextManager[sqlite3.Connection]:
-        return transaction(self.path)
+        return self._sqlite.transaction()
 
     def _forget_idle(self, db: sqlite3.Connection, now: float) -> None:
         db.execute(
@@ -68,12 +69,15 @@ class Conversations:
     def turns(self, memory: str) -> list[Turn]:
         """The remembered turns, oldest first (none for an unknown or idle memory)."""
         now = time.time()
-        with self._db() as db:
-            rows = db.execute(
+        rows = (
+            self._sqlite.connection()
+            .execute(
                 "SELECT question, response, answer, sources, at FROM turns "
                 "WHERE memory = ? ORDER BY seq",
                 (memory,),
-            ).fetchall()
+            )
+            .fetchall()
+        )
         if not rows or max(r[4] for r in rows) < now - self.ttl_s:
             return []
         return [Turn(q, r, a, json.loads(s), at) for q, r, a, s, at in rows]

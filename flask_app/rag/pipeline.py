@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from flask_app.errors import ServiceError
 from flask_app.inference.embed import Embedder, EmbeddingError
 from flask_app.inference.llm import LLM, ChatMessage, Sampling
 from flask_app.rag import prompts
@@ -25,7 +26,7 @@ from flask_app.store.protocols import VectorCollection
 Vector = npt.NDArray[np.float32]
 
 
-class RagError(Exception):
+class RagError(ServiceError):
     """A request the pipeline cannot serve; the message says why."""
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from ulid import ULID
 
+from flask_app.store import sqlite_db
 from flask_app.store.file_query import Sql
 
 PROCESSING, READY, FAILED = "processing", "ready", "failed"
@@ -114,6 +115,38 @@ CREATE TABLE IF NOT EXISTS chunks (
     PRIMARY KEY (file_id, n)
 );
 """.replace("{kind}", _KIND.format(type="type"))
+
+
+def _index_existing_files(db: sqlite3.Connection) -> None:
+    """Catalogs written before the metadata index: index their files once."""
+    db.execute("DELETE FROM file_metadata")
+    db.execute("DELETE FROM file_principals")
+    db.execute(
+        "INSERT INTO file_metadata SELECT f.file_id, f.namespace, f.collection, j.key, "
+        f"{_KIND.format(type='j.type')}, j.value FROM files f, json_each(f.metadata) j"
+    )
+    db.execute(
+        "INSERT OR IGNORE INTO file_principals SELECT f.file_id, f.namespace, "
+        "f.collection, j.value FROM files f, json_each(f.principals) j"
+    )
+
+
+def _catalog_1(db: sqlite3.Connection) -> None:
+    sqlite_db.script(_SCHEMA)(db)
+    _index_existing_files(db)
+
+
+# Version 1 is the metadata index (catalogs got it before migrations were
+# numbered); 2 creates any table an older catalog lacks; 3 adds ingestion
+# claims' lease column (catalogs of the last unnumbered release have it).
+CATALOG_SCHEMA = sqlite_db.Schema(
+    "catalog",
+    (
+        _catalog_1,
+        sqlite_db.script(_SCHEMA),
+        sqlite_db.add_columns("files", {"lease_until": "REAL NOT NULL DEFAULT 0"}),
+    ),
+)
 
 
 def rfc3339(t: float) -> str:
@@ -204,58 +237,19 @@ def _file(row: Sequence[Any]) -> FileRecord:
 class Catalog:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._local = threading.local()
-        self._write_lock = threading.Lock()
-        db = self._db()
-        db.executescript(_SCHEMA)
-        if db.execute("PRAGMA user_version").fetchone()[0] < 1:
-            self._index_existing_files()
-        columns = {row[1] for row in db.execute("PRAGMA table_info(files)")}
-        if "lease_until" not in columns:  # catalogs written before ingestion claims
-            with self._tx() as tx:
-                tx.execute("ALTER TABLE files ADD COLUMN lease_until REAL NOT NULL DEFAULT 0")
-
-    def _index_existing_files(self) -> None:
-        """Catalogs written before the metadata index: index their files once."""
-        with self._tx() as db:
-            db.execute("DELETE FROM file_metadata")
-            db.execute("DELETE FROM file_principals")
-            db.execute(
-                "INSERT INTO file_metadata SELECT f.file_id, f.namespace, f.collection, j.key, "
-                f"{_KIND.format(type='j.type')}, j.value FROM files f, json_each(f.metadata) j"
-            )
-            db.execute(
-                "INSERT OR IGNORE INTO file_principals SELECT f.file_id, f.namespace, "
-                "f.collection, j.value FROM files f, json_each(f.principals) j"
-            )
-            db.execute("PRAGMA user_version = 1")
+        self._write_lock = threading.Lock()  # writers queue here, not in SQLite's busy loop
+        self._sqlite = sqlite_db.Database(path, CATALOG_SCHEMA)
 
     def _db(self) -> sqlite3.Connection:
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            self._local.db = db
-        return db
+        return self._sqlite.connection()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        db = self._db()
-        with self._write_lock:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        with self._write_lock, self._sqlite.transaction() as db:
+            yield db
 
     def close(self) -> None:
-        db = getattr(self._local, "db", None)
-        if db is not None:
-            db.close()
-            self._local.db = None
+        self._sqlite.close()
 
     # --- namespaces --------------------------------------------------------------
 

@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ import numpy.typing as npt
 
 from flask_app import simcore
 from flask_app.index_kinds import DEFAULT_INDEX, INDEX_KINDS
-from flask_app.store import bm25, ranking
+from flask_app.store import bm25, ranking, sqlite_db
 from flask_app.store.errors import (
     CapacityError,
     ClearedError,
@@ -99,6 +99,27 @@ CREATE TABLE IF NOT EXISTS pending (
     vectors BLOB
 );
 """
+
+
+def _index_unindexed_text(db: sqlite3.Connection) -> None:
+    """Collections written before the text index existed (no `fts` flag in
+    their settings) get it once; the flag itself is retired by the schema
+    version."""
+    if db.execute("SELECT 1 FROM settings WHERE key = 'fts'").fetchone() is None:
+        rows = db.execute("SELECT id, text FROM items").fetchall()
+        _index_text(db, [r[0] for r in rows], [r[1] for r in rows])
+        if rows:
+            _log.info("text index built for %d items", len(rows))
+    db.execute("DELETE FROM settings WHERE key = 'fts'")
+
+
+def _rows_schema_1(db: sqlite3.Connection) -> None:
+    sqlite_db.script(_SCHEMA)(db)
+    _index_unindexed_text(db)
+
+
+# rows.sqlite; files of earlier releases are at version 0 with any of these tables
+ROWS_SCHEMA = sqlite_db.Schema("collection rows", (_rows_schema_1,))
 
 
 @dataclass(frozen=True)
@@ -180,7 +201,7 @@ def stored_index_kind(path: Path) -> str:
     rows = path / "rows.sqlite"
     if not rows.is_file():
         return DEFAULT_INDEX
-    db = sqlite3.connect(rows, timeout=30)
+    db = sqlite_db.peek(rows)
     try:
         row = db.execute("SELECT value FROM settings WHERE key = 'index'").fetchone()
     except sqlite3.OperationalError:  # no settings table yet
@@ -206,15 +227,14 @@ class Collection:
         self.path = path
         self._search_threads = search_threads
         path.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
         self._lock = RWLock()  # searches read; a write's row changes exclude them
         self._writer = threading.Lock()  # one writer at a time, its compaction included
         self._closed = False
         self._needs_recovery = False
-        self._db().executescript(_SCHEMA)
+        self._sqlite = sqlite_db.Database(
+            path / "rows.sqlite", ROWS_SCHEMA, wal_limit_bytes=WAL_LIMIT_BYTES
+        )
         self._settings = self._read_settings()
-        if self._settings.get("fts") is None:
-            self._backfill_text_index()
         self._index: simcore.Index | None = None
         if self._settings.get("dimension") is not None:
             self._index = self._open_index(int(self._settings["dimension"]))
@@ -226,17 +246,7 @@ class Collection:
         return self.path / "index"
 
     def _db(self) -> sqlite3.Connection:
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(
-                self.path / "rows.sqlite", isolation_level=None, check_same_thread=True, timeout=30
-            )
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            db.execute(f"PRAGMA wal_autocheckpoint={WAL_LIMIT_BYTES // 4096}")  # 4 KiB pages
-            db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
-            self._local.db = db
-        return db
+        return self._sqlite.connection()
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
@@ -258,27 +268,8 @@ class Collection:
                 yield
             self._compact_if_due()
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        db = self._db()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:  # the body failed, or COMMIT itself did (disk full, I/O)
-                db.execute("ROLLBACK")
-            raise
-
-    def _backfill_text_index(self) -> None:
-        """Collections written before the text index existed get it once."""
-        with self._write() as db:
-            rows = db.execute("SELECT id, text FROM items").fetchall()
-            _index_text(db, [r[0] for r in rows], [r[1] for r in rows])
-            db.execute("INSERT OR REPLACE INTO settings VALUES ('fts', '1')")
-        if rows:
-            _log.info("%s: text index built for %d items", self.path, len(rows))
-        self._settings["fts"] = 1
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._sqlite.transaction()
 
     def _read_settings(self) -> dict[str, Any]:
         rows = self._db().execute("SELECT key, value FROM settings").fetchall()
@@ -760,10 +751,7 @@ class Collection:
     def close(self) -> None:
         """Mark closed (later requests get ClearedError) and close this thread's connection."""
         self._closed = True
-        db = getattr(self._local, "db", None)
-        if db is not None:
-            db.close()
-            self._local.db = None
+        self._sqlite.close()
 
 
 def _index_text(db: sqlite3.Connection, ids: Sequence[str], texts: Sequence[str]) -> None:

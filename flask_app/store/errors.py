@@ -1,18 +1,18 @@
-"""Errors of the store; `status` suggests the HTTP status."""
+"""Errors of the store (kinds and statuses: flask_app.errors)."""
 
 from __future__ import annotations
 
+from flask_app.errors import Kind, ServiceError
 
-class StoreError(Exception):
-    """Base of store errors; `status` suggests the HTTP status."""
 
-    status = 400
+class StoreError(ServiceError):
+    """Base of store errors."""
 
 
 class ClearedError(StoreError):
     """The collection was dropped while the request waited for it."""
 
-    status = 409
+    kind = Kind.CONFLICT
 
     def __init__(self) -> None:
         super().__init__("the store was cleared while this request was waiting; retry it")
@@ -21,13 +21,13 @@ class ClearedError(StoreError):
 class ConflictError(StoreError):
     """The request conflicts with the collection's fixed settings."""
 
-    status = 409
+    kind = Kind.CONFLICT
 
 
 class CapacityError(StoreError):
     """An upload would exceed the item cap."""
 
-    status = 409
+    kind = Kind.CONFLICT
 
     def __init__(self, current: int, max_items: int, requested_new: int) -> None:
         super().__init__(
@@ -46,14 +46,14 @@ class VectorRejected(StoreError):
 class DataDirLocked(StoreError):
     """Another process holds the data directory."""
 
-    status = 503
+    kind = Kind.UNAVAILABLE
 
 
 class CollectionUnavailable(StoreError):
     """A collection's files cannot be opened (corrupt or half-written); the
     rest of the store keeps serving."""
 
-    status = 503
+    kind = Kind.UNAVAILABLE
     retry_after = 5  # seconds (a cluster's shard restarts in a few)
 
     def __init__(self, name: str, reason: str) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flask_app.store.sqlite_file import transaction
+from flask_app.store import sqlite_db
 
 SUBMITTED, READY, ERROR, RETRIEVED = "SUBMITTED", "READY", "ERROR", "RETRIEVED"
 CANCELLED = "CANCELLED"
@@ -70,8 +70,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, submitted_at);
 """
 
-# columns added after the first release (tables written before them get them)
-_ADDED = {
+_COLUMNS_ADDED_LATER = {
     "owner": "TEXT NOT NULL DEFAULT ''",
     "runner": "TEXT NOT NULL DEFAULT ''",
     "lease_until": "REAL NOT NULL DEFAULT 0",
@@ -79,21 +78,26 @@ _ADDED = {
 }
 
 
+def _jobs_1(db: sqlite3.Connection) -> None:
+    sqlite_db.script(_SCHEMA)(db)
+    sqlite_db.add_columns("jobs", _COLUMNS_ADDED_LATER)(db)
+
+
+# Version 1: the table with every column it has had (tables written before
+# numbered migrations are at version 0 and may lack the later columns).
+JOBS_SCHEMA = sqlite_db.Schema("job table", (_jobs_1,))
+
+
 class JobTable:
     def __init__(self, path: Path, *, retention_s: float = 3600.0, max_age_s: float = 86_400.0):
         self.path = path
         self.retention_s = retention_s
         self.max_age_s = max_age_s
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with self._db() as db:
-            db.executescript(_SCHEMA)
-            columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
-            for name, kind in _ADDED.items():
-                if name not in columns:
-                    db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
+        self._sqlite = sqlite_db.Database(path, JOBS_SCHEMA)
 
     def _db(self) -> AbstractContextManager[sqlite3.Connection]:
-        return transaction(self.path)
+        """A write transaction (BEGIN IMMEDIATE: two workers never take the same job)."""
+        return self._sqlite.transaction()
 
     def add(self, job_id: str, kind: str, payload: Payload, owner: str) -> None:
         with self._db() as db:
@@ -150,7 +154,6 @@ class JobTable:
         """Take the oldest job nobody holds, for `lease_s` seconds."""
         now = time.time()
         with self._db() as db:
-            db.execute("BEGIN IMMEDIATE")  # two workers never take the same job
             self._expire(db, now)
             row = db.execute(
                 "SELECT id, kind, payload, owner FROM jobs WHERE status = ? "

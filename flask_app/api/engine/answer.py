@@ -199,7 +199,7 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
         return event_stream(_events(stream, reply), stream.close)
     with stream:
         text = "".join(stream)
-    return jsonify(reply.body(text, stream.refused, stream.answerable_probability))
+    return jsonify(reply.body(text, stream.outcome.refused, stream.outcome.answerable_probability))
 
 
 def start_answer(
@@ -233,7 +233,7 @@ def start_answer(
     if retriever is not None:
         grounding = ground(services.llm, retriever, question, config)
     else:
-        grounding = Grounding([], [], None, 0.0, None)
+        grounding = Grounding.nothing()
     stream = open_answer(
         services.llm,
         grounding,
@@ -325,7 +325,10 @@ def _events(stream: AnswerStream, reply: _Reply) -> Iterator[bytes]:
         return
     finally:
         stream.close()
-    yield sse("done", reply.body("".join(parts), stream.refused, stream.answerable_probability))
+    yield sse(
+        "done",
+        reply.body("".join(parts), stream.outcome.refused, stream.outcome.answerable_probability),
+    )
 
 
 def _envelope(reply: _Reply, code: str, message: str) -> dict[str, Any]:

@@ -4,21 +4,14 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from flask import Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from flask_app.api.http.errors import NotAnApiError
-from flask_app.api.http.json_body import BadRequest
 from flask_app.api.http.request_ids import request_id
-from flask_app.inference.embed import EmbedderBusy, EmbeddingError
-from flask_app.inference.llm import LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
-from flask_app.rag import RagError
-from flask_app.store import CollectionUnavailable
-
-_log = logging.getLogger("edgerag")
+from flask_app.errors import Kind, ServiceError
 
 MAX_REQUEST_BYTES = 6_291_456
 TIMEOUT_MESSAGE = "The request did not complete within 45 seconds."
@@ -53,56 +46,58 @@ def not_found(what: str) -> EngineError:
     return EngineError(404, "not_found", f"Not found: {what}")
 
 
+_TOO_LARGE = f"Request body exceeds {MAX_REQUEST_BYTES} bytes."
+_UNAVAILABLE = "Service temporarily unavailable."
+
+
+def _routing_error(code: int, description: str) -> EngineError:
+    if code == 401:
+        return EngineError(401, "unauthenticated", "Missing or invalid API key.")
+    if code == 403:
+        return EngineError(403, "permission_denied", "The API key cannot access this namespace.")
+    if code == 404:
+        return EngineError(404, "not_found", "Not found: no such route")
+    if code == 405:
+        return EngineError(405, "method_not_allowed", "Method not allowed.")
+    if code == 413:
+        return EngineError(413, "request_too_large", _TOO_LARGE)
+    if code == 400:
+        return invalid("Request body must be a JSON object.")
+    if code >= 500:
+        return EngineError(500, "internal", "Internal error.", retryable=True)
+    return EngineError(code, "invalid_request", description)
+
+
 def as_engine_error(exc: Exception) -> EngineError:
+    """The spec §3 error for `exc` (NotAnApiError: a server bug)."""
     if isinstance(exc, EngineError):
         return exc
     if isinstance(exc, HTTPException):
-        code = exc.code or 500
-        if code == 401:
-            return EngineError(401, "unauthenticated", "Missing or invalid API key.")
-        if code == 403:
-            return EngineError(
-                403, "permission_denied", "The API key cannot access this namespace."
-            )
-        if code == 404:
-            return EngineError(404, "not_found", "Not found: no such route")
-        if code == 405:
-            return EngineError(405, "method_not_allowed", "Method not allowed.")
-        if code == 413:
-            return EngineError(
-                413, "request_too_large", f"Request body exceeds {MAX_REQUEST_BYTES} bytes."
-            )
-        if code == 400:
-            return invalid("Request body must be a JSON object.")
-        if code >= 500:
-            return EngineError(500, "internal", "Internal error.", retryable=True)
-        return EngineError(code, "invalid_request", exc.description or exc.name)
-    if isinstance(exc, BadRequest):
-        if exc.status == 413:
-            return EngineError(
-                413, "request_too_large", f"Request body exceeds {MAX_REQUEST_BYTES} bytes."
-            )
-        if exc.status == 415:
-            return EngineError(415, "invalid_request", exc.message)
-        return invalid(exc.message)
-    if isinstance(exc, (RagError, EmbeddingError)):
-        return invalid(str(exc))
-    if isinstance(exc, LLMTimeout):
+        return _routing_error(exc.code or 500, exc.description or exc.name)
+    if not isinstance(exc, ServiceError):
+        raise NotAnApiError
+    kind = exc.kind
+    if kind is Kind.TOO_LARGE:
+        return EngineError(413, "request_too_large", _TOO_LARGE)
+    if kind is Kind.NOT_FOUND:
+        return not_found(exc.public_message)
+    if kind is Kind.TIMEOUT:
+        return EngineError(503, "temporarily_unavailable", TIMEOUT_MESSAGE, retryable=True)
+    if kind in (Kind.BUSY, Kind.UNAVAILABLE, Kind.MODEL_FAILED) or exc.retryable:
+        # the spec has one retryable code for every passing failure
         return EngineError(
             503,
             "temporarily_unavailable",
-            TIMEOUT_MESSAGE,
+            _UNAVAILABLE,
             retryable=True,
+            retry_after=exc.retry_after,
         )
-    if isinstance(exc, (LLMOverloaded, EmbedderBusy, LLMFailed, CollectionUnavailable)):
-        if isinstance(exc, LLMFailed):
-            _log.error("%s", exc)
-        return EngineError(
-            503, "temporarily_unavailable", "Service temporarily unavailable.", retryable=True
-        )
-    if isinstance(exc, LLMCancelled):
+    if kind is Kind.CANCELLED:
         return EngineError(499, "cancelled", "The client left.")
-    raise NotAnApiError
+    if exc.status == 415:
+        return EngineError(415, "invalid_request", exc.public_message)
+    # invalid input and conflicts with the store's state: the spec's 400
+    return invalid(exc.public_message)
 
 
 def body(error: EngineError) -> dict[str, Any]:

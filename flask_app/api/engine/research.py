@@ -35,19 +35,18 @@ from flask_app.api.engine.schemas import (
     ResearchRunQueued,
 )
 from flask_app.api.http import auth
+from flask_app.api.http.extensions import services_of
 from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import Operation, operation
 from flask_app.api.http.request_ids import request_id
-from flask_app.inference.llm import LLMCancelled, LLMOverloaded, LLMTimeout
-from flask_app.rag.jobs import CANCELLED, ERROR, SUBMITTED, JobFailed, Jobs, RetryLater
+from flask_app.inference.llm import LLMCancelled, LLMTimeout
+from flask_app.rag.jobs import CANCELLED, ERROR, SUBMITTED, JobFailed, Jobs, retry_later
 from flask_app.store.catalog import new_id, rfc3339
 
 TAG = "engine"
 KIND = "engine-research"
-EXTENSION = "edgerag_research_runs"
 TIME_LIMIT_S = 15 * 60.0
 CREDITS = 10
-RETENTION_S = 7 * 24 * 3600.0
 EFFORT = "high"  # a run reads as deep as `:answer` can
 
 blueprint = Blueprint("engine_research", __name__)
@@ -55,8 +54,7 @@ RUNS = "/namespaces/<ns>/collections/<name>/research-runs"
 
 
 def _jobs() -> Jobs:
-    jobs: Jobs = current_app.extensions[EXTENSION]
-    return jobs
+    return services_of(current_app).research_runs
 
 
 def _ask(body: dict[str, Any]) -> requests.AnswerRequest:
@@ -200,12 +198,12 @@ def _run(app: Flask, jobs: Jobs, payload: dict[str, Any]) -> dict[str, Any]:
             )
             with stream:
                 text = "".join(stream)
-            return reply.body(text, stream.refused, stream.answerable_probability)
-    except LLMOverloaded as exc:
-        raise RetryLater(exc.retry_after) from None
+            return reply.body(text, stream.outcome.refused, stream.outcome.answerable_probability)
     except LLMCancelled:
         raise JobFailed("cancelled") from None  # the jobs file records it as CANCELLED
     except Exception as exc:
+        if (later := retry_later(exc)) is not None:
+            raise later from None
         try:
             error = as_engine_error(exc)
         except Exception:
@@ -230,7 +228,6 @@ def _run(app: Flask, jobs: Jobs, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def install(app: Flask, jobs: Jobs) -> None:
-    app.extensions[EXTENSION] = jobs
     jobs.handle(KIND, lambda payload: _run(app, jobs, payload))
     app.register_blueprint(blueprint)
     if jobs.pending():

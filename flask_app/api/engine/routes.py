@@ -9,9 +9,8 @@ from flask import Flask
 from flask_app.api.engine import answer, errors, research, resources
 from flask_app.api.http import errors as http_errors
 from flask_app.api.http import openapi
-from flask_app.api.http.extensions import records_of, services_of
+from flask_app.api.http.extensions import services_of
 from flask_app.file_collections.names import NAME_PATTERN
-from flask_app.rag.jobs import Jobs
 
 PREFIXES = ("/namespaces", "/info")
 
@@ -20,15 +19,7 @@ def install(app: Flask) -> None:
     services = services_of(app)
     app.register_blueprint(resources.blueprint)
     app.register_blueprint(answer.blueprint)
-    records = records_of(app)
-    runs = Jobs(
-        records.job_table("research_runs", retention_s=research.RETENTION_S),
-        poll_s=records.poll_s,
-    )
-    llm = services.llm
-    if llm is not None:
-        runs.yield_to(lambda: llm.gate.waiting > 0)
-    research.install(app, runs)
+    research.install(app, services.research_runs)
     name = {"type": "string", "pattern": NAME_PATTERN, "maxLength": 63}
     ulid = "[0-9A-HJKMNP-TV-Z]{26}"
     openapi.describe_path_parameters(

@@ -1,7 +1,9 @@
 """One error handler for the app that hands each error to the surface whose
 routes the request was for, so every surface answers in its own error shape
-(routing 404/405 and 413 included). Surfaces register a path prefix and a
-function that renders any exception; the default surface takes the rest.
+(routing 404/405 and 413 included). Core errors say their kind, status and
+public message (flask_app.errors); a surface maps them to its shape.
+Surfaces register a path prefix and a function that renders any exception;
+the default surface takes the rest.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from collections.abc import Callable
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, InternalServerError
+
+from flask_app.errors import Kind, ServiceError
 
 _log = logging.getLogger("edgerag")
 
@@ -32,6 +36,8 @@ def install(app: Flask, default: Render) -> None:
     def any_error(exc: Exception) -> tuple[Response, int]:
         if isinstance(exc, HTTPException) and exc.code == 500:
             _log.error("unhandled error", exc_info=getattr(exc, "original_exception", None))
+        if isinstance(exc, ServiceError) and exc.kind is Kind.MODEL_FAILED:
+            _log.error("%s", exc)  # the client reads only its public message
         render = default
         for prefix, surface in app.extensions[KEY]:
             if request.path.startswith(prefix):

@@ -9,7 +9,7 @@ from flask import Flask
 from flask_app.file_collections import FileCollections
 from flask_app.rag.answer import AnswerConfig
 from flask_app.rag.score_mapping import cosine_floor
-from flask_app.records import LocalRecords, Records
+from flask_app.records import Records
 from flask_app.services import Services
 from flask_app.settings import Settings
 
@@ -17,12 +17,6 @@ KEY = "edgerag"
 
 
 def install(app: Flask, settings: Settings, services: Services) -> None:
-    if services.records is None:
-        services.records = LocalRecords(settings.data_dir)
-    if services.collections is None:
-        services.collections = FileCollections.open(
-            services.records, services.store, services.embedder
-        )
     app.extensions[KEY] = {"settings": settings, "services": services}
 
 
@@ -33,16 +27,12 @@ def services_of(app: Flask) -> Services:
 
 def collections_of(app: Flask) -> FileCollections:
     """The app's file collections (every surface shares them)."""
-    found = services_of(app).collections
-    assert found is not None  # set by install()
-    return found
+    return services_of(app).collections
 
 
 def records_of(app: Flask) -> Records:
     """Where the app keeps its catalog, memory and jobs."""
-    found = services_of(app).records
-    assert found is not None  # set by install()
-    return found
+    return services_of(app).records
 
 
 def settings_of(app: Flask) -> Settings:

@@ -9,16 +9,20 @@ from flask import Request
 from flask.json.provider import JSONProvider
 from pydantic import BaseModel, ValidationError
 
+from flask_app.errors import Kind, ServiceError
+
 M = TypeVar("M", bound=BaseModel)
 
 
-class BadRequest(Exception):
-    """A request the API rejects with a 4xx; carries the JSON error body."""
+class BadRequest(ServiceError):
+    """A request the API rejects as sent: 400, 413 (too large) or 415 (not JSON)."""
 
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        if status == 413:
+            self.kind = Kind.TOO_LARGE
 
 
 class MalformedJSON(BadRequest):

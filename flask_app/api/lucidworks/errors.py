@@ -4,25 +4,22 @@ spec §9."""
 
 from __future__ import annotations
 
-import logging
 from http import HTTPStatus
 
 from flask import Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from flask_app.api.http.errors import NotAnApiError
-from flask_app.api.http.json_body import BadRequest, MalformedJSON
+from flask_app.api.http.json_body import MalformedJSON
 from flask_app.api.http.messages import capped
-from flask_app.inference.embed import EmbedderBusy, EmbeddingError
-from flask_app.inference.llm import LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
-from flask_app.rag import ContextOverflow, RagError
-from flask_app.store import CollectionUnavailable
-
-_log = logging.getLogger("edgerag")
+from flask_app.errors import Kind, ServiceError
+from flask_app.rag import ContextOverflow
 
 
-class NotFound(Exception):
+class NotFound(ServiceError):
     """An unknown model, use case, prediction id or collection (404)."""
+
+    kind = Kind.NOT_FOUND
 
 
 # phrases Python's HTTPStatus words differently across versions, and 499
@@ -44,48 +41,38 @@ def _json(status: int, message: str, retry_after: int | None = None) -> tuple[Re
     return response, status
 
 
+# kinds whose status and message spec §9 fixes
+_DOCUMENTED: dict[Kind, tuple[int, str]] = {
+    Kind.TOO_LARGE: (413, "Request body too large"),
+    Kind.BUSY: (429, "Too Many Requests"),
+    Kind.TIMEOUT: (504, "Model backend timeout"),
+    Kind.MODEL_FAILED: (502, "Model backend error"),
+}
+
+# routing statuses and their spec §9 messages
+_ROUTING: dict[int, str] = {
+    413: "Request body too large",
+    401: "Unauthorized",
+    404: "Not Found: no such route under /ai/",
+    405: "Method Not Allowed",
+    400: "Malformed JSON request body",
+}
+
+
 def status_and_message(exc: Exception) -> tuple[int, str, int | None]:
     """(status, message, Retry-After) for `exc`; NotAnApiError when it
     is not an API error (a server bug)."""
     if isinstance(exc, HTTPException):
         code = exc.code or 500
-        if code == 413:
-            return 413, "Request body too large", None
-        if code == 401:
-            return 401, "Unauthorized", None
-        if code == 404:
-            return 404, "Not Found: no such route under /ai/", None
-        if code == 405:
-            return 405, "Method Not Allowed", None
-        if code == 400:
-            return 400, "Malformed JSON request body", None
-        return code, exc.description or exc.name, None
-    if isinstance(exc, BadRequest):
-        if exc.status == 413:
-            return 413, "Request body too large", None
-        if isinstance(exc, MalformedJSON):
-            return 400, "Malformed JSON request body", None
-        return exc.status, exc.message, None
-    if isinstance(exc, NotFound):
-        return 404, str(exc), None
+        return code, _ROUTING.get(code) or exc.description or exc.name, None
+    if not isinstance(exc, ServiceError):
+        raise NotAnApiError
+    if isinstance(exc, MalformedJSON):
+        return 400, _ROUTING[400], None
     if isinstance(exc, ContextOverflow):
         return 400, "Input exceeds the model context length", None
-    if isinstance(exc, (RagError, EmbeddingError)):
-        return 400, str(exc), None
-    if isinstance(exc, LLMOverloaded):
-        return 429, "Too Many Requests", exc.retry_after
-    if isinstance(exc, EmbedderBusy):
-        return 429, "Too Many Requests", 1
-    if isinstance(exc, LLMTimeout):
-        return 504, "Model backend timeout", None
-    if isinstance(exc, LLMFailed):
-        _log.error("%s", exc)
-        return 502, "Model backend error", None
-    if isinstance(exc, LLMCancelled):
-        return 499, str(exc), None
-    if isinstance(exc, CollectionUnavailable):  # e.g. a cluster's shard restarting
-        return 503, str(exc), exc.retry_after
-    raise NotAnApiError
+    status, message = _DOCUMENTED.get(exc.kind, (exc.status, exc.public_message))
+    return status, message, exc.retry_after
 
 
 def render(exc: Exception) -> tuple[Response, int]:

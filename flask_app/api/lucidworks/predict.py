@@ -158,8 +158,8 @@ def predict_rag(
             on_delta(index, rest)
         # tokens the model really read and wrote (none when its gates declined)
         prompt_tokens = grounding.prompt.prompt_tokens if grounding.prompt else 0
-        completion = 0 if stream.declined else llm.count_tokens(raw)
-        if parsed.marked and not stream.declined:
+        completion = 0 if stream.outcome.declined else llm.count_tokens(raw)
+        if parsed.marked and not stream.outcome.declined:
             response = raw  # the model wrote the contract itself
         else:
             response = output.render(cited, parsed.answer)

@@ -17,11 +17,9 @@ from flask_app.api.http.disconnect import client_gone_probe
 from flask_app.api.http.errors import NotAnApiError
 from flask_app.api.http.extensions import (
     answer_config_of,
-    records_of,
     services_of,
-    settings_of,
 )
-from flask_app.api.http.json_body import BadRequest, json_object
+from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import Operation, describe_path_parameters, operation
 from flask_app.api.http.sse import event_stream, sse
 from flask_app.api.lucidworks import embedding, errors, models
@@ -39,16 +37,15 @@ from flask_app.api.lucidworks.schemas import (
     parse,
     without_secrets,
 )
-from flask_app.inference.llm import LLMOverloaded, LLMTimeout
-from flask_app.rag import RagError
-from flask_app.rag.jobs import ERROR, JobFailed, Jobs, RetryLater
+from flask_app.errors import Kind, ServiceError
+from flask_app.inference.llm import LLMTimeout
+from flask_app.rag.jobs import ERROR, JobFailed, Jobs, RetryLater, retry_later
 
 blueprint = Blueprint("lucidworks", __name__, url_prefix="/ai")
 TAG = "lucidworks"
 
 KEY = "edgerag_lucidworks"
 RAG_JOB = "lucidworks-rag"
-JOB_RETENTION_S = 3600.0  # a finished prediction is kept this long
 
 
 def _surface() -> Surface:
@@ -57,9 +54,7 @@ def _surface() -> Surface:
 
 
 def _jobs() -> Jobs:
-    jobs = services_of(current_app).jobs
-    assert jobs is not None
-    return jobs
+    return services_of(current_app).predictions
 
 
 def _chat_model(model_id: str) -> None:
@@ -260,42 +255,36 @@ def async_result(prediction_id: str) -> ResponseReturnValue:
     return jsonify(out)
 
 
+# a job failing for these fails for good: running it again cannot help
+_THE_REQUESTS_FAULT = (Kind.INVALID, Kind.NOT_FOUND, Kind.CONFLICT, Kind.TOO_LARGE)
+
+
 def _run_job(app: Flask, surface: Surface, jobs: Jobs, payload: dict[str, Any]) -> dict[str, Any]:
     try:
         with app.app_context():  # a collection's passages are read through the app
             rag_request = with_collection_documents(RagRequest.model_validate(payload["body"]))
         return predict_rag(surface, rag_request, tenant=jobs.current_owner())
-    except LLMOverloaded as exc:
-        raise RetryLater(exc.retry_after) from None
     except LLMTimeout:
         raise RetryLater(1.0) from None
-    except (RagError, errors.NotFound, BadRequest) as exc:  # e.g. a collection deleted since
-        raise JobFailed(str(exc)) from None
+    except ServiceError as exc:
+        if (later := retry_later(exc)) is not None:
+            raise later from None
+        if exc.kind in _THE_REQUESTS_FAULT:  # e.g. a collection deleted since
+            raise JobFailed(str(exc)) from None
+        raise
 
 
 def install(app: Flask) -> None:
     """Routes, error shape, conversation memory and the async worker."""
-    settings = settings_of(app)
     services = services_of(app)
-    records = records_of(app)
-    conversations = records.conversations(
-        max_turns=settings.memory_turns, ttl_s=settings.memory_ttl_hours * 3600
-    )
-    surface = Surface(services, answer_config_of(app), conversations)
+    surface = Surface(services, answer_config_of(app), services.conversations)
     app.extensions[KEY] = surface
     app.register_blueprint(blueprint)
     describe_path_parameters(
         app, "/ai/async-prediction/", {"prediction_id": {"type": "string", "format": "uuid"}}
     )
     http_errors.add_surface(app, "/ai/", errors.render)
-    if services.jobs is None:
-        services.jobs = Jobs(
-            records.job_table("jobs", retention_s=JOB_RETENTION_S), poll_s=records.poll_s
-        )
-    jobs = services.jobs
+    jobs = services.predictions
     jobs.handle(RAG_JOB, lambda payload: _run_job(app, surface, jobs, payload))
-    llm = services.llm
-    if llm is not None:
-        jobs.yield_to(lambda: llm.gate.waiting > 0)
     if jobs.pending():
         jobs.start()

@@ -68,7 +68,7 @@ def _prepare() -> tuple[rag.Question, Grounding]:
         raise rag.LLMNotConfigured()
     collection = services.store.edge()
     if collection.info().dimension is None:
-        return question, Grounding([], [], None, 0.0, None)
+        return question, Grounding.nothing()
     vector = rag.query_vector(collection, question, services.embedder)
     config = answer_config_of(current_app)
     retriever = StoredCollection(collection, vector, question.metadata, embedder=services.embedder)
@@ -110,8 +110,8 @@ def _result(
         "context_count": len(sources),
         "sources": sources,
         "evidence_score": round(grounding.evidence_score, 4),
-        "refusal_probability": answer.refusal_probability,
-        "answerable_probability": answer.answerable_probability,
+        "refusal_probability": answer.outcome.refusal_probability,
+        "answerable_probability": answer.outcome.answerable_probability,
     }
     if grounding.prompt is not None:
         body["usage"] = {

@@ -3,31 +3,22 @@
 
 from __future__ import annotations
 
-import logging
-
 from flask import Response, current_app, jsonify
 from werkzeug.exceptions import HTTPException
 
 from flask_app.api.http.errors import NotAnApiError
-from flask_app.api.http.json_body import BadRequest
 from flask_app.api.http.messages import capped
-from flask_app.inference.embed import EmbedderBusy
-from flask_app.inference.llm import LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
-from flask_app.rag import RagError
-from flask_app.store import CapacityError, CollectionUnavailable, StoreError
-
-_log = logging.getLogger("edgerag")
+from flask_app.errors import ServiceError
+from flask_app.store import CapacityError
 
 
-def _json(status: int, message: str) -> tuple[Response, int]:
+def _json(status: int, message: str, retry_after: int | None = None) -> tuple[Response, int]:
     # moorcheh-edge uses "failure" for conflicts with the store, "error" otherwise
     word = "failure" if status == 409 else "error"
-    return jsonify(status=word, message=capped(message)), status
-
-
-def _retry(pair: tuple[Response, int], seconds: int) -> tuple[Response, int]:
-    pair[0].headers["Retry-After"] = str(seconds)
-    return pair
+    response = jsonify(status=word, message=capped(message))
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response, status
 
 
 def render(exc: Exception) -> tuple[Response, int]:
@@ -39,8 +30,6 @@ def render(exc: Exception) -> tuple[Response, int]:
                 413, f"request body is larger than the limit of {limit} bytes (--max-body-mb)"
             )
         return _json(exc.code or 500, exc.description or exc.name)
-    if isinstance(exc, BadRequest):
-        return _json(exc.status, exc.message)
     if isinstance(exc, CapacityError):
         # Exact body moorcheh-edge clients check (`is_item_limit_exceeded`).
         return jsonify(
@@ -50,23 +39,8 @@ def render(exc: Exception) -> tuple[Response, int]:
             max_items=exc.max_items,
             requested_new=exc.requested_new,
         ), 409
-    if isinstance(exc, CollectionUnavailable):
-        return _retry(_json(exc.status, str(exc)), exc.retry_after)
-    if isinstance(exc, StoreError):
-        return _json(exc.status, str(exc))
-    if isinstance(exc, RagError):
-        return _json(400, str(exc))
-    if isinstance(exc, LLMOverloaded):
-        return _retry(_json(503, str(exc)), exc.retry_after)
-    if isinstance(exc, LLMTimeout):
-        return _json(504, str(exc))
-    if isinstance(exc, LLMFailed):
-        # the model broke, not the request: a server error (moorcheh-edge said 400
-        # because its LLM was a remote Ollama; the message is kept for its clients)
-        _log.error("%s", exc)
-        return _json(500, "LLM request failed")
-    if isinstance(exc, LLMCancelled):
-        return _json(499, str(exc))  # nobody reads it: the client is gone
-    if isinstance(exc, EmbedderBusy):
-        return _retry(_json(503, str(exc)), 1)
+    if isinstance(exc, ServiceError):
+        # moorcheh-edge said 400 for a failed model because its LLM was a remote
+        # Ollama; a model failing here is a server error (500), its message kept
+        return _json(exc.status, exc.public_message, exc.retry_after)
     raise NotAnApiError

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from flask import Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from flask_app.api.http.errors import NotAnApiError
-from flask_app.api.http.json_body import BadRequest
 from flask_app.api.http.messages import capped
-from flask_app.inference.embed import EmbedderBusy, EmbeddingError
-from flask_app.inference.llm import LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
-from flask_app.rag import RagError
-from flask_app.store import CollectionUnavailable
-
-_log = logging.getLogger("edgerag")
+from flask_app.errors import Kind, ServiceError
 
 
 class OpenAIError(Exception):
@@ -48,51 +41,45 @@ def body(
     return {"error": {"message": capped(message), "type": kind, "param": param, "code": code}}
 
 
+def _routing_error(code: int, description: str | None, name: str) -> OpenAIError:
+    if code == 401:
+        return OpenAIError(
+            401, "Incorrect API key provided.", "invalid_request_error", None, "invalid_api_key"
+        )
+    if code == 403:
+        message = description or "Forbidden."
+        return OpenAIError(403, message, "invalid_request_error", None, "permission_denied")
+    if code == 404:
+        return OpenAIError(404, "Unknown route.", "invalid_request_error", None, "not_found")
+    if code == 405:
+        return OpenAIError(405, "Method not allowed.", "invalid_request_error")
+    if code == 413:
+        return OpenAIError(413, "Request body too large.", "invalid_request_error")
+    if code >= 500:
+        return OpenAIError(500, "Internal error.", "server_error")
+    return OpenAIError(code, description or name, "invalid_request_error")
+
+
+# (status, type, code) for kinds whose OpenAI shape is not (their status, invalid_request_error)
+_DOCUMENTED: dict[Kind, tuple[int, str, str | None]] = {
+    Kind.NOT_FOUND: (404, "invalid_request_error", "not_found"),
+    Kind.BUSY: (429, "rate_limit_error", "rate_limit_exceeded"),
+    Kind.UNAVAILABLE: (503, "server_error", None),
+    Kind.TIMEOUT: (504, "server_error", "timeout"),
+    Kind.MODEL_FAILED: (500, "server_error", None),
+}
+
+
 def _classify(exc: Exception) -> tuple[OpenAIError, int | None]:
     if isinstance(exc, OpenAIError):
         return exc, None
     if isinstance(exc, HTTPException):
-        code = exc.code or 500
-        if code == 401:
-            return OpenAIError(
-                401, "Incorrect API key provided.", "invalid_request_error", None, "invalid_api_key"
-            ), None
-        if code == 403:
-            message = exc.description or "Forbidden."
-            return OpenAIError(
-                403, message, "invalid_request_error", None, "permission_denied"
-            ), None
-        if code == 404:
-            return OpenAIError(
-                404, "Unknown route.", "invalid_request_error", None, "not_found"
-            ), None
-        if code == 405:
-            return OpenAIError(405, "Method not allowed.", "invalid_request_error"), None
-        if code == 413:
-            return OpenAIError(413, "Request body too large.", "invalid_request_error"), None
-        if code >= 500:
-            return OpenAIError(500, "Internal error.", "server_error"), None
-        return OpenAIError(code, exc.description or exc.name, "invalid_request_error"), None
-    if isinstance(exc, BadRequest):
-        return OpenAIError(exc.status, exc.message, "invalid_request_error"), None
-    if isinstance(exc, (RagError, EmbeddingError)):
-        return invalid(str(exc)), None
-    if isinstance(exc, LLMOverloaded):
-        return OpenAIError(
-            429, str(exc), "rate_limit_error", None, "rate_limit_exceeded"
-        ), exc.retry_after
-    if isinstance(exc, EmbedderBusy):
-        return OpenAIError(429, str(exc), "rate_limit_error", None, "rate_limit_exceeded"), 1
-    if isinstance(exc, LLMTimeout):
-        return OpenAIError(504, str(exc), "server_error", None, "timeout"), None
-    if isinstance(exc, LLMFailed):
-        _log.error("%s", exc)
-        return OpenAIError(500, "The model failed.", "server_error"), None
-    if isinstance(exc, LLMCancelled):
-        return OpenAIError(499, str(exc), "invalid_request_error"), None
-    if isinstance(exc, CollectionUnavailable):  # e.g. a cluster's shard restarting
-        return OpenAIError(503, str(exc), "server_error"), exc.retry_after
-    raise NotAnApiError
+        return _routing_error(exc.code or 500, exc.description, exc.name), None
+    if not isinstance(exc, ServiceError):
+        raise NotAnApiError
+    message = "The model failed." if exc.kind is Kind.MODEL_FAILED else exc.public_message
+    status, kind, code = _DOCUMENTED.get(exc.kind, (exc.status, "invalid_request_error", None))
+    return OpenAIError(status, message, kind, None, code), exc.retry_after
 
 
 def render(exc: Exception) -> tuple[Response, int]:

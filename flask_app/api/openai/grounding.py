@@ -59,7 +59,7 @@ def ground_chat(chat: ChatRequest, options: RagOptions, sampling: Sampling) -> G
     if options.collection == EDGE_STORE:
         store = services.store.edge()
         if store.info().dimension is None:
-            return GroundedQuestion(question, Grounding([], [], None, 0.0, None), [])
+            return GroundedQuestion(question, Grounding.nothing(), [])
         vector = rag.query_vector(store, question, services.embedder)
         grounding = ground(
             services.llm,
@@ -92,7 +92,7 @@ def ground_chat(chat: ChatRequest, options: RagOptions, sampling: Sampling) -> G
     spans = collections.catalog.spans_of([f.file_id for f in files])
     retriever = collections.retriever(record, files, spans, question)
     if retriever is None:
-        return GroundedQuestion(question, Grounding([], [], None, 0.0, None), [])
+        return GroundedQuestion(question, Grounding.nothing(), [])
     grounding = ground(services.llm, retriever, question, config)
     by_id = {f.file_id: f for f in files}
     sources = []

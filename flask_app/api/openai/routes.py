@@ -152,8 +152,9 @@ def chat_completions() -> ResponseReturnValue:
         if sources is None:
             return {}
         answer = tokens if isinstance(tokens, AnswerStream) else None
-        refused = (answer is not None and answer.refused) or is_refusal(text)
-        probability = None if answer is None else answer.answerable_probability
+        outcome = None if answer is None else answer.outcome
+        refused = (outcome is not None and outcome.refused) or is_refusal(text)
+        probability = None if outcome is None else outcome.answerable_probability
         return {
             "rag": {
                 "sources": [] if refused else sources,
