@@ -79,8 +79,8 @@ def main() -> None:
             {
                 "data_dir": Path(tmp),
                 "llm": args.llm,
-                "answer_refusal_probability": 1,
-                "answer_judge": 0,
+                "answer_refusal_probability": "off",
+                "answer_judge": "off",
             },
             os.environ,
         )

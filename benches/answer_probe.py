@@ -159,7 +159,7 @@ def collect_set(
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         # every gate records, none declines; the probe is off (what it is made from)
-        overrides = {**UNGATED, "answer_probe": 0.0}
+        overrides = {**UNGATED, "answer_probe": "off"}
         settings = Settings.load({"data_dir": Path(tmp), "llm": llm, **overrides}, os.environ)
         services = load_services(settings)
         app = create_app(settings, services)

@@ -494,7 +494,7 @@ def main() -> None:
     models = {}
     for llm in args.llms:
         settings = Settings.load({"llm": llm, **overrides}, os.environ)
-        gate = choose_gate(llm, settings.llm_path(), settings.answer_probe)
+        gate = choose_gate(llm, settings.llm_path(), settings.probe_threshold())
         models[llm] = {
             **dataclasses.asdict(settings.calibration()),
             # the probe's threshold as served (None: the refusal and judge gates decided)

@@ -1,7 +1,7 @@
 """The moorcheh-edge store at scale, through the HTTP API of a real server:
 upload N x d vectors as JSON (batches of 1,000) and as binary (multipart:
 a .npy part and the ids, batches of --npy-batch rows), each into a fresh
-store (vector mode, --max-items 0), then restart and time until /health
+store (vector mode, --max-items off), then restart and time until /health
 answers, then time /search.
 
     .venv/bin/python benches/store_scale.py [--n 1000000] [--dim 384] [--clients 2]
@@ -39,7 +39,7 @@ def start(data_dir: Path, port: int) -> ServerProcess:
             "--no-llm",
             "--no-embedder",
             "--max-items",
-            "0",
+            "off",
             "--max-body-mb",
             "256",
             "--data-dir",

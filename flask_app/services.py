@@ -137,7 +137,7 @@ def load_services(settings: Settings) -> Services:
         gate = Gate(None, reason="no LLM")
         if llm is not None:
             gate = choose_gate(
-                llm.preset, settings.llm_path(), settings.answer_probe, warn=_log.warning
+                llm.preset, settings.llm_path(), settings.probe_threshold(), warn=_log.warning
             )
         return assemble(settings, store, llm, embedder, gate=gate, records=records)
     except BaseException:

@@ -7,12 +7,13 @@ generated from this table, and each reads `EDGERAG_<NAME>` from the environment.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from platformdirs import user_cache_path, user_data_path
 
@@ -26,6 +27,8 @@ from flask_app.inference.presets import (
     LLMPreset,
 )
 
+_log = logging.getLogger("edgerag")
+
 
 class SettingsError(ValueError):
     """An option has a value of the wrong kind or out of range."""
@@ -37,6 +40,22 @@ def _help(text: str) -> dict[str, str]:
 
 # HTTP threads never taken by requests that wait for the LLM.
 FREE_HTTP_THREADS = 4
+
+# A gate or a limit switched off, by name ("off" on the command line and in
+# the environment) rather than by a number that happens to disable it.
+OFF = "off"
+Off = Literal["off"]
+
+# Numbers that once meant "off" (or "the default"), still read with a
+# deprecation line: option -> (old number, what it means now).
+DEPRECATED_NUMBERS: dict[str, tuple[float, Any]] = {
+    "answer_candidates": (0, None),
+    "answer_refusal_probability": (1, OFF),
+    "answer_judge": (0, OFF),
+    "answer_probe": (0, OFF),
+    "answer_yes_no_quote": (1, OFF),
+    "max_items": (0, OFF),
+}
 
 
 @dataclass(frozen=True)
@@ -127,43 +146,43 @@ class Settings:
         default=0.0,
         metadata=_help("passages scoring below this (0-1) are not sent to the LLM; 0 sends all"),
     )
-    answer_candidates: int = field(
-        default=0,
+    answer_candidates: int | None = field(
+        default=None,
         metadata=_help(
-            "rank the evidence over this many retrieved passages (0 = top_k); the prompt "
-            "still holds evidence of at most top_k of them"
+            "rank the evidence over this many retrieved passages (default: the request's "
+            "top_k); the prompt still holds evidence of at most top_k of them"
         ),
     )
-    answer_refusal_probability: float | None = field(
+    answer_refusal_probability: float | Off | None = field(
         default=None,
         metadata=_help(
             "refuse when the LLM's first-token probability of starting a refusal exceeds "
-            "this (0-1); 1 = off (default: calibrated for --llm)"
+            "this (0-1), or off (default: calibrated for --llm)"
         ),
     )
-    answer_judge: float | None = field(
+    answer_judge: float | Off | None = field(
         default=None,
         metadata=_help(
             "before answering, ask the LLM whether the passages state the answer and refuse "
-            "when it says yes with less than this probability (0-1); 0 = not asked "
+            "when it says yes with less than this probability (0-1), or off: not asked "
             "(default: calibrated for --llm)"
         ),
     )
-    answer_probe: float | None = field(
+    answer_probe: float | Off | None = field(
         default=None,
         metadata=_help(
             "decline when the answerability probe (read from the LLM's own hidden state "
             "with the gates' signals, a file per --llm preset) gives the answer less than "
-            "this probability of being right (0-1); 0 = off: the refusal and judge gates "
+            "this probability of being right (0-1), or off: the refusal and judge gates "
             "decide (default: the probe's calibrated threshold)"
         ),
     )
-    answer_yes_no_quote: float = field(
+    answer_yes_no_quote: float | Off = field(
         default=0.4,
         metadata=_help(
             "a yes-or-no question the gates decline gets the evidence line closest to it "
             "quoted, said not to answer it directly, when their embedding cosine is at least "
-            "this (0-1); 1 = never (the fixed sentence)"
+            "this (0-1), or off: the fixed sentence"
         ),
     )
     context_tokens: int = field(
@@ -176,8 +195,8 @@ class Settings:
     memory_ttl_hours: float = field(
         default=24.0, metadata=_help("hours a conversation memory is kept after its last use")
     )
-    max_items: int = field(
-        default=10_000, metadata=_help("item cap of the moorcheh-edge store; 0 means no cap")
+    max_items: int | Off = field(
+        default=10_000, metadata=_help("item cap of the moorcheh-edge store, or off: no cap")
     )
     max_body_mb: float = field(
         default=64.0, metadata=_help("largest request body in MB; larger ones get 413")
@@ -225,6 +244,18 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
+        for name, (number, meaning) in DEPRECATED_NUMBERS.items():
+            value = getattr(self, name)
+            if not isinstance(value, str) and value is not None and value == number:
+                shown = "the default" if meaning is None else meaning
+                _log.warning(
+                    "%s %g is deprecated: it means %s; write %s",
+                    name,
+                    number,
+                    shown,
+                    "nothing (the default)" if meaning is None else f"{name}={meaning}",
+                )
+                object.__setattr__(self, name, meaning)
         checks = [
             (1 <= self.port <= 65535, "port must be 1..65535"),
             (self.http_threads >= 1, "http_threads must be >= 1"),
@@ -251,27 +282,26 @@ class Settings:
                 f"quant must be one of {', '.join(PRESETS.get(self.llm, QWEN_05B).files())} "
                 f"for {self.llm}",
             ),
-            (self.max_items >= 0, "max_items must be >= 0"),
+            (
+                isinstance(self.max_items, str) or self.max_items >= 1,
+                "max_items must be >= 1 or off",
+            ),
             (1 <= self.shards <= 1024, "shards must be 1..1024"),
             (0 <= self.replicas <= 1024, "replicas must be 0..1024"),
             (self.memory_turns >= 1, "memory_turns must be >= 1"),
             (self.memory_ttl_hours > 0, "memory_ttl_hours must be > 0"),
             (self.context_tokens >= 16, "context_tokens must be >= 16"),
             (0.0 <= self.answer_min_score <= 1.0, "answer_min_score must be 0..1"),
+            (_unit_or_off(self.answer_judge), "answer_judge must be 0..1 or off"),
             (
-                self.answer_judge is None or 0.0 <= self.answer_judge <= 1.0,
-                "answer_judge must be 0..1",
+                self.answer_candidates is None or 1 <= self.answer_candidates <= 100,
+                "answer_candidates must be 1..100",
             ),
-            (0 <= self.answer_candidates <= 100, "answer_candidates must be 0..100"),
+            (_unit_or_off(self.answer_probe), "answer_probe must be 0..1 or off"),
+            (_unit_or_off(self.answer_yes_no_quote), "answer_yes_no_quote must be 0..1 or off"),
             (
-                self.answer_probe is None or 0.0 <= self.answer_probe <= 1.0,
-                "answer_probe must be 0..1",
-            ),
-            (0.0 <= self.answer_yes_no_quote <= 1.0, "answer_yes_no_quote must be 0..1"),
-            (
-                self.answer_refusal_probability is None
-                or 0.0 <= self.answer_refusal_probability <= 1.0,
-                "answer_refusal_probability must be 0..1",
+                _unit_or_off(self.answer_refusal_probability),
+                "answer_refusal_probability must be 0..1 or off",
             ),
             (self.max_body_mb > 0, "max_body_mb must be > 0"),
             (
@@ -306,14 +336,20 @@ class Settings:
         return out
 
     @classmethod
+    def may_be_off(cls, name: str) -> bool:
+        """Whether the option takes `off`."""
+        return OFF in _literals(get_type_hints(cls)[name])
+
+    @classmethod
     def load(cls, cli: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
         """Build from CLI values (None = not given) over `EDGERAG_*` variables over defaults."""
         values: dict[str, Any] = {}
         for name, kind, _help, _default in cls.options():
+            off = cls.may_be_off(name)
             if cli.get(name) is not None:
-                values[name] = _coerce(name, kind, cli[name])
+                values[name] = _coerce(name, kind, cli[name], off)
             elif (raw := environ.get(f"EDGERAG_{name.upper()}")) is not None:
-                values[name] = _coerce(f"EDGERAG_{name.upper()}", kind, raw)
+                values[name] = _coerce(f"EDGERAG_{name.upper()}", kind, raw, off)
         return cls(**values)
 
     def api_key_specs(self) -> tuple[str, ...]:
@@ -334,9 +370,24 @@ class Settings:
         model's for a `--model` file)."""
         base = (self.llm_preset() or QWEN_05B).calibration
         return AnswerCalibration(
-            refusal_probability=_given(self.answer_refusal_probability, base.refusal_probability),
-            judge=_given(self.answer_judge, base.judge),
+            # off: a first-token probability never exceeds 1, and a judge at 0 is not asked
+            refusal_probability=_given(
+                self.answer_refusal_probability, base.refusal_probability, 1.0
+            ),
+            judge=_given(self.answer_judge, base.judge, 0.0),
         )
+
+    def probe_threshold(self) -> float | None:
+        """The probe's threshold: given, 0 when off, None for the probe file's own."""
+        return 0.0 if isinstance(self.answer_probe, str) else self.answer_probe
+
+    def yes_no_quote(self) -> float | None:
+        """The cosine above which a declined yes-or-no question is quoted (None: never)."""
+        return None if isinstance(self.answer_yes_no_quote, str) else self.answer_yes_no_quote
+
+    def item_cap(self) -> int | None:
+        """The moorcheh-edge store's item cap (None: no cap)."""
+        return None if isinstance(self.max_items, str) else self.max_items
 
     def embed_path(self) -> Path:
         from flask_app.inference.pull import MINILM_F16
@@ -344,17 +395,36 @@ class Settings:
         return self.embed_model or self.model_dir / MINILM_F16.filename
 
 
-def _given(value: float | None, default: float) -> float:
-    return default if value is None else value
+def _given(value: float | str | None, default: float, off: float) -> float:
+    if value is None:
+        return default
+    return off if value == OFF else float(value)
+
+
+def _unit_or_off(value: float | str | None) -> bool:
+    return value is None or value == OFF or (not isinstance(value, str) and 0.0 <= value <= 1.0)
+
+
+def _literals(hint: Any) -> set[Any]:
+    """The literal values a type hint allows (`float | Literal["off"]` → {"off"})."""
+    if get_origin(hint) is Literal:
+        return set(get_args(hint))
+    if get_origin(hint) in (Union, types.UnionType):
+        return set().union(*(_literals(a) for a in get_args(hint)))
+    return set()
 
 
 def _base_type(hint: Any) -> type:
     if get_origin(hint) in (Union, types.UnionType):
-        hint = next(a for a in get_args(hint) if a is not type(None))
+        hint = next(
+            a for a in get_args(hint) if a is not type(None) and get_origin(a) is not Literal
+        )
     return hint  # type: ignore[no-any-return]
 
 
-def _coerce(name: str, kind: type, value: Any) -> Any:
+def _coerce(name: str, kind: type, value: Any, off: bool = False) -> Any:
+    if off and isinstance(value, str) and value.strip().lower() == OFF:
+        return OFF
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -367,7 +437,8 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
     try:
         return kind(value)
     except (TypeError, ValueError) as exc:
-        raise SettingsError(f"{name}: expected {kind.__name__}, got {value!r}") from exc
+        expected = f"{kind.__name__} or off" if off else kind.__name__
+        raise SettingsError(f"{name}: expected {expected}, got {value!r}") from exc
 
 
 def _namespaces_valid(key_spec: str) -> bool:

@@ -161,12 +161,12 @@ def test_a_declined_yes_or_no_question_gets_its_closest_evidence_quoted(tmp_path
     backend.refusal_probability = 0.01
     body = client.post("/answer", json={"query": "Is the museum open on Mondays?"}).get_json()
     assert body["answer"] == "Yes."
-    # --answer-yes-no-quote 1: never quoted
+    # --answer-yes-no-quote off: never quoted
     backend.refusal_probability = 0.9
-    never = build(tmp_path / "never", backend, answer_yes_no_quote=1).test_client()
+    never = build(tmp_path / "never", backend, answer_yes_no_quote="off").test_client()
     body = never.post("/answer", json={"query": "Is the museum open on Mondays?"}).get_json()
     assert body["answer"] == NO_CONTEXT_ANSWER
-    assert Settings.load({}, {}).answer_yes_no_quote == AnswerConfig().quote_yes_no
+    assert Settings.load({}, {}).yes_no_quote() == AnswerConfig().quote_yes_no
 
 
 @pytest.mark.parametrize(

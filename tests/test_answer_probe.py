@@ -106,14 +106,14 @@ def test_the_probe_trained_on_this_file_is_chosen(tmp_path: Path) -> None:
     gate = choose_gate("qwen2.5-coder-0.5b", gguf, None, tmp_path / "probes")
     assert gate.probe is not None and gate.threshold == 0.37
     assert gate.describe(0.3, 0.0)["kind"] == "probe"
-    # --answer-probe moves the threshold; 0 turns the probe off
+    # --answer-probe moves the threshold; off (a threshold of 0) turns the probe off
     assert choose_gate("qwen2.5-coder-0.5b", gguf, 0.6, tmp_path / "probes").threshold == 0.6
     off = choose_gate("qwen2.5-coder-0.5b", gguf, 0.0, tmp_path / "probes")
     assert off.probe is None and off.describe(0.3, 0.5) == {
         "kind": "refusal",
         "refusal_probability": 0.3,
         "judge": 0.5,
-        "reason": "off (--answer-probe 0)",
+        "reason": "off (--answer-probe off)",
     }
     # a --model file (no preset) with the same bytes finds the probe by its hash
     assert choose_gate(None, gguf, None, tmp_path / "probes").probe is not None
@@ -147,7 +147,8 @@ def test_the_file_hash_is_remembered_until_the_file_changes(tmp_path: Path) -> N
 
 def test_answer_probe_setting_is_checked() -> None:
     assert Settings.load({"answer_probe": 0.4}, {}).answer_probe == 0.4
-    assert Settings.load({}, {"EDGERAG_ANSWER_PROBE": "0"}).answer_probe == 0.0
+    off = Settings.load({}, {"EDGERAG_ANSWER_PROBE": "off"})
+    assert off.answer_probe == "off" and off.probe_threshold() == 0.0
     with pytest.raises(SettingsError, match=r"answer_probe must be 0\.\.1"):
         Settings.load({"answer_probe": 1.5}, {})
 

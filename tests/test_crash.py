@@ -41,7 +41,7 @@ def vector_for(item_id: str, version: int) -> list[float]:
 def server(data_dir: Path, log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """A vector-only server (no models) on `data_dir`; killed at the end if still alive."""
     running = start_server(
-        ["--no-llm", "--no-embedder", "--data-dir", str(data_dir), "--max-items", "0"],
+        ["--no-llm", "--no-embedder", "--data-dir", str(data_dir), "--max-items", "off"],
         log,
         timeout=30,
     )

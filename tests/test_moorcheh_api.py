@@ -346,8 +346,8 @@ def test_upsert_replaces_text_and_vector(api: Api) -> None:
     assert r.body["results"] == [{"id": "a", "score": 1.0, "label": "Close Match", "text": "new"}]
 
 
-def test_no_cap_with_max_items_zero(tmp_path: Path) -> None:
-    api = InProcess(make_app(tmp_path, max_items=0))
+def test_no_cap_with_max_items_off(tmp_path: Path) -> None:
+    api = InProcess(make_app(tmp_path, max_items="off"))
     upload_vectors(api, [f"x{i}" for i in range(20)])
     body = api.call("GET", "/health").body
     assert (body["items"], body["max_items"], body["remaining"]) == (20, None, None)

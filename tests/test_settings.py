@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,35 @@ def test_bad_values_name_the_option(
 ) -> None:
     with pytest.raises(SettingsError, match=fragment):
         Settings.load(cli, env)
+
+
+def test_off_is_a_value_of_every_option_that_can_be_switched_off() -> None:
+    settings = Settings.load(
+        {"answer_judge": "off", "max_items": "OFF"},
+        {"EDGERAG_ANSWER_PROBE": "off", "EDGERAG_ANSWER_YES_NO_QUOTE": "off"},
+    )
+    assert settings.calibration().judge == 0.0  # not asked
+    assert settings.item_cap() is None
+    assert settings.probe_threshold() == 0.0
+    assert settings.yes_no_quote() is None
+    with pytest.raises(SettingsError, match="port: expected int"):
+        Settings.load({"port": "off"}, {})
+
+
+def test_the_old_numbers_for_off_still_work_with_a_deprecation_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="edgerag"):
+        settings = Settings.load(
+            {"answer_judge": "0", "max_items": "0", "answer_candidates": "0"},
+            {"EDGERAG_ANSWER_REFUSAL_PROBABILITY": "1", "EDGERAG_ANSWER_YES_NO_QUOTE": "1"},
+        )
+    assert settings.answer_judge == "off" and settings.max_items == "off"
+    assert settings.answer_refusal_probability == "off"
+    assert settings.answer_yes_no_quote == "off"
+    assert settings.answer_candidates is None
+    assert settings.calibration().refusal_probability == 1.0
+    warned = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert len(warned) == 5 and any("answer_judge=off" in w for w in warned)
+    # a real threshold of the same option is not touched
+    assert Settings.load({"answer_judge": "0.5"}, {}).answer_judge == 0.5

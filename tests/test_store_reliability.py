@@ -32,7 +32,7 @@ def unit(seed: int, dim: int = DIM) -> list[float]:
 
 def vector_server(data_dir: Path, log: Path) -> ServerProcess:
     return start_server(
-        ["--no-llm", "--no-embedder", "--data-dir", str(data_dir), "--max-items", "0"],
+        ["--no-llm", "--no-embedder", "--data-dir", str(data_dir), "--max-items", "off"],
         log,
         timeout=30,
     )

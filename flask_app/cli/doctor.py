@@ -112,7 +112,7 @@ def answer_gate(settings: Settings) -> Check:
     chosen = settings.llm_preset()
     try:
         gate = choose_gate(
-            chosen.name if chosen else None, settings.llm_path(), settings.answer_probe
+            chosen.name if chosen else None, settings.llm_path(), settings.probe_threshold()
         )
     except ProbeError as exc:
         return Check("answer gate", False, str(exc), "reinstall the edgerag wheel")

@@ -184,7 +184,7 @@ def choose_gate(
     from flask_app.inference.pull import known_sha256
 
     if threshold == 0:
-        return Gate(None, reason="off (--answer-probe 0)")
+        return Gate(None, reason="off (--answer-probe off)")
     files = sorted(probes.glob("*.json")) if probes.is_dir() else []
     if not files:
         return Gate(None, reason=f"no probe files in {probes}")

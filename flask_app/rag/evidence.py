@@ -148,69 +148,122 @@ def select(
     scoring: Scoring = Scoring(),
     closeness: Closeness | None = None,
 ) -> Selection:
-    cut: list[tuple[int, int, Unit]] = []
-    per_passage: list[list[Unit]] = []
-    for p, text in enumerate(passages):
-        found = units(text)
-        per_passage.append(found)
-        for i, unit in enumerate(found):
-            if len(cut) < scoring.max_units:
-                cut.append((p, i, unit))
-    if not cut:
+    """The evidence for `question` in `passages`: every passage cut into
+    units, each unit scored (shared words, and meaning when `closeness` can
+    measure it), the best `units_wanted` kept with their neighbours, and
+    each passage's kept units joined into contiguous pieces."""
+    per_passage = [units(text) for text in passages]
+    slots = _first_units(per_passage, scoring.max_units)
+    if not slots:
         return Selection([], None, 0.0)
-    coverage = _coverage(terms(question), [term_set(u.text) for _, _, u in cut])
-    cosines = closeness([u.text for _, _, u in cut]) if closeness and scoring.meaning else None
-    if cosines is not None:
-        w = scoring.meaning
-        coverage = [(1 - w) * c + w * max(0.0, m) for c, m in zip(coverage, cosines, strict=True)]
-    scored = [_Scored(p, i, u, c) for (p, i, u), c in zip(cut, coverage, strict=True)]
+    texts = [per_passage[p][i].text for p, i in slots]
+    cosines = closeness(texts) if closeness and scoring.meaning else None
+    scored = _score(question, slots, per_passage, cosines, scoring.meaning)
     ranked = sorted(scored, key=lambda s: -s.score)
     chosen = ranked[: scoring.units_wanted]
-    wanted: dict[int, dict[int, float]] = {}
-    by_slot = {(s.passage, s.index): s for s in scored}
-    for s in chosen:
-        lo = max(0, s.index - scoring.neighbours)
-        hi = min(len(per_passage[s.passage]), s.index + scoring.neighbours + 1)
-        slots = wanted.setdefault(s.passage, {})
-        for i in range(lo, hi):
-            slots[i] = max(slots.get(i, 0.0), s.score if i == s.index else 0.0)
-    pieces: list[Evidence] = []
-    order = sorted(wanted, key=lambda p: -max(wanted[p].values()))
-    for p in order:
-        indices = sorted(wanted[p])
-        run: list[int] = []
-        for i in [*indices, -1]:
-            if run and (i != run[-1] + 1):
-                first, last = per_passage[p][run[0]], per_passage[p][run[-1]]
-                text = passages[p][first.start : last.end]
-                # the run's best unit (units past max_units were not scored)
-                top = max(
-                    (by_slot[(p, j)] for j in run if (p, j) in by_slot), key=lambda s: s.score
-                )
-                pieces.append(
-                    Evidence(
-                        p,
-                        first.start,
-                        last.end,
-                        text,
-                        max(wanted[p][j] for j in run),
-                        top.unit.start,
-                        top.unit.end,
-                    )
-                )
-                run = []
-            if i >= 0:
-                run.append(i)
-    top = ranked[0]
+    wanted = _with_neighbours(chosen, per_passage, scoring.neighbours)
+    pieces = _pieces(passages, per_passage, wanted, {(s.passage, s.index): s for s in scored})
+    best = _alone(ranked[0])
     if cosines is None:
-        return Selection(pieces, _alone(top), top.score)
-    cosine = {(s.passage, s.index): m for s, m in zip(scored, cosines, strict=True)}
+        return Selection(pieces, best, ranked[0].score)
+    closest = _closest_statement(chosen, dict(zip(slots, cosines, strict=True)))
+    if closest is None:
+        return Selection(pieces, best, ranked[0].score)
+    unit, meaning = closest
+    return Selection(pieces, best, ranked[0].score, _alone(unit), meaning)
+
+
+Slot = tuple[int, int]  # (passage, index of the unit among the passage's)
+
+
+def _first_units(per_passage: list[list[Unit]], limit: int) -> list[Slot]:
+    """The first `limit` units in passage order: the work per question is bounded."""
+    slots = [(p, i) for p, found in enumerate(per_passage) for i in range(len(found))]
+    return slots[:limit]
+
+
+def _score(
+    question: str,
+    slots: list[Slot],
+    per_passage: list[list[Unit]],
+    cosines: list[float] | None,
+    meaning_weight: float,
+) -> list[_Scored]:
+    """Each unit's share of the question's words, blended with its meaning."""
+    found = [per_passage[p][i] for p, i in slots]
+    scores = _coverage(terms(question), [term_set(u.text) for u in found])
+    if cosines is not None:
+        w = meaning_weight
+        scores = [(1 - w) * c + w * max(0.0, m) for c, m in zip(scores, cosines, strict=True)]
+    return [
+        _Scored(p, i, unit, score) for (p, i), unit, score in zip(slots, found, scores, strict=True)
+    ]
+
+
+def _with_neighbours(
+    chosen: list[_Scored], per_passage: list[list[Unit]], neighbours: int
+) -> dict[int, dict[int, float]]:
+    """Per passage, the unit indices to show and each one's score (a
+    neighbour shown for context scores 0)."""
+    wanted: dict[int, dict[int, float]] = {}
+    for s in chosen:
+        lo = max(0, s.index - neighbours)
+        hi = min(len(per_passage[s.passage]), s.index + neighbours + 1)
+        shown = wanted.setdefault(s.passage, {})
+        for i in range(lo, hi):
+            shown[i] = max(shown.get(i, 0.0), s.score if i == s.index else 0.0)
+    return wanted
+
+
+def _runs(indices: list[int]) -> list[list[int]]:
+    """Sorted indices split where they stop being consecutive."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def _pieces(
+    passages: Sequence[str],
+    per_passage: list[list[Unit]],
+    wanted: dict[int, dict[int, float]],
+    by_slot: dict[Slot, _Scored],
+) -> list[Evidence]:
+    """Each passage's shown units joined into contiguous pieces, the passage
+    with the best unit first, text order inside a passage."""
+    pieces: list[Evidence] = []
+    for p in sorted(wanted, key=lambda p: -max(wanted[p].values())):
+        for run in _runs(sorted(wanted[p])):
+            first, last = per_passage[p][run[0]], per_passage[p][run[-1]]
+            # the run's best unit (units past max_units were not scored)
+            top = max((by_slot[(p, j)] for j in run if (p, j) in by_slot), key=lambda s: s.score)
+            pieces.append(
+                Evidence(
+                    p,
+                    first.start,
+                    last.end,
+                    passages[p][first.start : last.end],
+                    max(wanted[p][j] for j in run),
+                    top.unit.start,
+                    top.unit.end,
+                )
+            )
+    return pieces
+
+
+def _closest_statement(
+    chosen: list[_Scored], cosine: dict[Slot, float]
+) -> tuple[_Scored, float] | None:
+    """Of the chosen units that state something (not a heading or a label),
+    the one closest in meaning to the question, with its cosine."""
     statements = [s for s in chosen if len(words(s.unit.text)) >= STATEMENT_WORDS]
     if not statements:
-        return Selection(pieces, _alone(top), top.score)
+        return None
     closest = max(statements, key=lambda s: cosine[(s.passage, s.index)])
-    meaning = cosine[(closest.passage, closest.index)]
-    return Selection(pieces, _alone(top), top.score, _alone(closest), meaning)
+    return closest, cosine[(closest.passage, closest.index)]
 
 
 def _alone(scored: _Scored) -> Evidence:

@@ -50,11 +50,11 @@ def answer_config_of(app: Flask) -> AnswerConfig:
         probe_threshold=gate.threshold,
         max_tokens=settings.max_tokens,
         context_tokens=settings.context_tokens,
-        candidates=settings.answer_candidates,
+        candidates=settings.answer_candidates or 0,  # 0: the request's top_k
         refusal_probability=calibration.refusal_probability,
         judge=calibration.judge,
         min_cosine=cosine_floor(settings.answer_min_score, settings.score_mapping),
-        quote_yes_no=settings.answer_yes_no_quote if settings.answer_yes_no_quote < 1 else None,
+        quote_yes_no=settings.yes_no_quote(),
     )
 
 

@@ -63,8 +63,7 @@ def _services() -> Services:
 
 
 def _max_items() -> int | None:
-    cap = settings_of(current_app).max_items
-    return cap or None
+    return settings_of(current_app).item_cap()
 
 
 def _edge() -> VectorCollection:
