@@ -1,0 +1,95 @@
+"""The answerability probe's dev frontier, read on test: each threshold dev
+chose for a refusal target, applied as the server applies it (the probe's
+probability below the threshold, or the first token's refusal probability
+above the preset's refusal gate) to an ungated run that recorded both.
+
+    .venv/bin/python benches/rag_eval.py --split test --surfaces answer --ungated \\
+        --json benches/results/rag_eval_ungated_test_probe.json
+    .venv/bin/python benches/probe_test_frontier.py \\
+        benches/results/rag_eval_ungated_test_probe.json
+
+Overall, and for the two sets asked in users' own words. Nothing here is
+chosen: the thresholds are dev's (docs/answer-quality.md, "The dev frontier").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benches.gate_grid import outcome
+from flask_app.inference.presets import PRESETS
+
+# (dev refusal target, the threshold dev's out-of-fold probabilities gave it)
+DEV_FRONTIER = {
+    "qwen2.5-coder-0.5b": [
+        (70, 0.29),
+        (75, 0.37),
+        (80, 0.4653),
+        (85, 0.51),
+        (90, 0.57),
+        (92, 0.67),
+        (95, 0.72),
+    ],
+    "qwen2.5-coder-1.5b": [
+        (70, 0.30),
+        (75, 0.39),
+        (80, 0.51),
+        (85, 0.61),
+        (90, 0.64),
+        (92, 0.6589),
+        (95, 0.69),
+    ],
+}
+OWN_WORDS = ("town-notices", "product-help")
+
+
+def served(rows: list[dict[str, Any]], threshold: float, refusal: float) -> str:
+    """'refusals / correct' of `rows` gated as served at `threshold`."""
+    cut = [
+        {
+            **r,
+            "refusal_probability": 1.0
+            if r["answerable_probability"] < threshold
+            or (r["refusal_probability"] or 0.0) > refusal
+            else 0.0,
+        }
+        for r in rows
+    ]
+    o = outcome(cut, 0.5, 0.0)
+    return f"{o.refused / o.unanswerable:.0%} / {o.answered / o.answerable:.0%}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="an --ungated benches/rag_eval.py run on test")
+    args = parser.parse_args()
+    answers = json.loads(args.run.read_text())["answers"]
+    print(
+        "| dev target | model | threshold | test: refused / correct | town-notices | product-help |"
+    )
+    print("|---|---|---|---|---|---|")
+    for llm, points in DEV_FRONTIER.items():
+        rows = [
+            r
+            for r in answers
+            if r["llm"] == llm and r["surface"] == "answer" and r["split"] == "test"
+        ]
+        if not rows:
+            continue
+        refusal = PRESETS[llm].calibration.refusal_probability
+        for target, threshold in points:
+            parts = [served(rows, threshold, refusal)]
+            parts += [
+                served([r for r in rows if r["set"] == s], threshold, refusal) for s in OWN_WORDS
+            ]
+            print(f"| {target}% | {llm} | {threshold} | " + " | ".join(parts) + " |")
+
+
+if __name__ == "__main__":
+    main()
