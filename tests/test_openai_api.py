@@ -4,6 +4,7 @@ a real socket (scripted LLM, hash embedder)."""
 from __future__ import annotations
 
 import base64
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import numpy as np
 import openai
 import pytest
 import requests
-from openai import OpenAI
+from openai import APIError, OpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
 from flask_app.app import create_app
@@ -75,6 +76,20 @@ def test_streamed_chat(served: tuple[OpenAI, ScriptedBackend, LLM]) -> None:
     text = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert text == "Paris is the capital of France."
     assert len(chunks) > 3 and chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_a_model_failing_mid_stream_says_so_without_its_detail(
+    served: tuple[OpenAI, ScriptedBackend, LLM], caplog: pytest.LogCaptureFixture
+) -> None:
+    client, backend, _ = served
+    backend.fail_after = 2
+    stream = client.chat.completions.create(
+        model="scripted-fake", messages=[{"role": "user", "content": "Capital?"}], stream=True
+    )
+    with caplog.at_level(logging.ERROR, logger="edgerag"), pytest.raises(APIError) as failed:
+        list(stream)
+    assert failed.value.message == "LLM request failed"  # the detail is for the log
+    assert any("scripted failure" in r.getMessage() for r in caplog.records)
 
 
 def test_embeddings_float_and_base64(served: tuple[OpenAI, ScriptedBackend, LLM]) -> None:

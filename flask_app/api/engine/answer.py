@@ -26,6 +26,7 @@ from flask_app.api.engine.schemas import (
     ReadSpansResponse,
 )
 from flask_app.api.http.disconnect import client_gone_probe
+from flask_app.api.http.errors import log_server_fault
 from flask_app.api.http.extensions import (
     answer_config_of,
     collections_of,
@@ -320,7 +321,8 @@ def _events(stream: AnswerStream, reply: _Reply) -> Iterator[bytes]:
     except LLMTimeout:
         yield sse("error", _envelope(reply, "temporarily_unavailable", TIMEOUT_MESSAGE))
         return
-    except LLMError:
+    except LLMError as exc:
+        log_server_fault(exc)
         yield sse("error", _envelope(reply, "internal", "Internal error."))
         return
     finally:

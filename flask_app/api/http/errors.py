@@ -29,6 +29,14 @@ class NotAnApiError(Exception):
     a server bug, answered as a logged 500."""
 
 
+def log_server_fault(exc: BaseException) -> None:
+    """A failed model's detail goes to the log (once, wherever the error is
+    answered: a response or a stream's error event); the client reads only
+    its public message."""
+    if isinstance(exc, ServiceError) and exc.kind is Kind.MODEL_FAILED:
+        _log.error("%s", exc)
+
+
 def install(app: Flask, default: Render) -> None:
     app.extensions[KEY] = []
 
@@ -36,8 +44,7 @@ def install(app: Flask, default: Render) -> None:
     def any_error(exc: Exception) -> tuple[Response, int]:
         if isinstance(exc, HTTPException) and exc.code == 500:
             _log.error("unhandled error", exc_info=getattr(exc, "original_exception", None))
-        if isinstance(exc, ServiceError) and exc.kind is Kind.MODEL_FAILED:
-            _log.error("%s", exc)  # the client reads only its public message
+        log_server_fault(exc)
         render = default
         for prefix, surface in app.extensions[KEY]:
             if request.path.startswith(prefix):

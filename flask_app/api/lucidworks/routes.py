@@ -179,6 +179,7 @@ def _stream(rag_request: RagRequest) -> Response:
             )
             events.put(sse("done", body))
         except Exception as exc:
+            http_errors.log_server_fault(exc)
             try:
                 status, message, _ = errors.status_and_message(exc)
             except NotAnApiError:

@@ -15,6 +15,7 @@ from flask.typing import ResponseReturnValue
 
 from flask_app import rag
 from flask_app.api.http.disconnect import client_gone_probe
+from flask_app.api.http.errors import log_server_fault
 from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
 from flask_app.api.http.json_body import json_object, validate
 from flask_app.api.http.openapi import operation
@@ -176,7 +177,8 @@ def answer_stream() -> ResponseReturnValue:
         except LLMTimeout as exc:
             yield sse("error", {"message": f"LLM request failed: {exc}"})
             return
-        except LLMError:
+        except LLMError as exc:
+            log_server_fault(exc)
             yield sse("error", {"message": "LLM request failed"})
             return
         finally:

@@ -17,6 +17,7 @@ from flask.typing import ResponseReturnValue
 
 from flask_app.api.http import errors as http_errors
 from flask_app.api.http.disconnect import client_gone_probe
+from flask_app.api.http.errors import log_server_fault
 from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
 from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import operation
@@ -199,7 +200,8 @@ def chat_completions() -> ResponseReturnValue:
                 parts.append(delta)
                 yield _chunk(cid, llm.model_id, created, {"content": delta}, None)
         except LLMError as exc:
-            error = errors.body(500, str(exc), "server_error", None, None)
+            log_server_fault(exc)
+            error = errors.body(500, exc.public_message, "server_error", None, None)
             yield b"data: " + orjson.dumps(error) + b"\n\n"
             return
         finally:
