@@ -43,15 +43,7 @@ from flask_app.inference.llm import (
 )
 from flask_app.rag import ContextOverflow, RagError
 from flask_app.rag.pipeline import LLMNotConfigured, QueryError
-from flask_app.store import (
-    CapacityError,
-    ClearedError,
-    CollectionUnavailable,
-    ConflictError,
-    DataDirLocked,
-    StoreError,
-    VectorRejected,
-)
+from flask_app.store import errors as store
 
 SURFACES = ("moorcheh", "lucidworks", "engine", "openai")
 RENDER = {
@@ -74,13 +66,13 @@ SCHEMA: dict[str, type[BaseModel]] = {
 # no generic 409), 503 temporarily_unavailable for every passing failure and
 # the 45 s limit. OpenAI: 429 rate_limit_error when busy.
 EXAMPLES: list[tuple[ServiceError, tuple[int, int, int, int]]] = [
-    (StoreError("bad collection name"), (400, 400, 400, 400)),
-    (VectorRejected("vector 0 has no direction"), (400, 400, 400, 400)),
-    (ClearedError(), (409, 409, 400, 409)),
-    (ConflictError("dimension 3 does not match 384"), (409, 409, 400, 409)),
-    (CapacityError(9994, 10000, 7), (409, 409, 400, 409)),
-    (DataDirLocked("another server holds the data directory"), (503, 503, 503, 503)),
-    (CollectionUnavailable("docs", "its rows cannot be read"), (503, 503, 503, 503)),
+    (store.StoreError("bad collection name"), (400, 400, 400, 400)),
+    (store.VectorRejected("vector 0 has no direction"), (400, 400, 400, 400)),
+    (store.ClearedError(), (409, 409, 400, 409)),
+    (store.ConflictError("dimension 3 does not match 384"), (409, 409, 400, 409)),
+    (store.CapacityError(9994, 10000, 7), (409, 409, 400, 409)),
+    (store.DataDirLocked("another server holds the data directory"), (503, 503, 503, 503)),
+    (store.CollectionUnavailable("docs", "its rows cannot be read"), (503, 503, 503, 503)),
     (ClusterUnusable("no Ray cluster answers"), (503, 503, 503, 503)),
     (RecordsUnavailable("the records actor is restarting"), (503, 503, 503, 503)),
     (RagError("query is required"), (400, 400, 400, 400)),
