@@ -38,6 +38,7 @@ def test_a_catalog_from_before_claims_gains_the_lease_column(tmp_path: Path) -> 
     record, _ = old.add_file("ns", "c", "a.md", "text/markdown", b"a", {}, [])
     with old._tx() as db:
         db.execute("ALTER TABLE files DROP COLUMN lease_until")
+        db.execute("PRAGMA user_version = 1")  # as the releases before claims left it
     old.close()
     assert Catalog(path).claim_pending() == record.file_id
 
