@@ -62,14 +62,3 @@ class ServiceError(Exception):
     @property
     def retryable(self) -> bool:
         return self.retry_after is not None
-
-
-def service_error_classes() -> list[type[ServiceError]]:
-    """Every ServiceError subclass imported so far, depth first."""
-    found: list[type[ServiceError]] = []
-    stack = list(ServiceError.__subclasses__())
-    while stack:
-        cls = stack.pop()
-        found.append(cls)
-        stack.extend(cls.__subclasses__())
-    return found

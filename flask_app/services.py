@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from flask_app.file_collections import FileCollections
@@ -49,10 +48,6 @@ class Services:
     research_runs: Jobs  # Engine research runs
 
 
-def _someone_waits_for(llm: LLM) -> Callable[[], bool]:
-    return lambda: llm.gate.waiting > 0
-
-
 def assemble(
     settings: Settings,
     store: CollectionStore,
@@ -65,15 +60,13 @@ def assemble(
     """The services around a store and models: records in the data
     directory unless given, and everything built on them."""
     records = records if records is not None else LocalRecords(settings.data_dir)
-    queues = []
-    for name, retention_s in (
-        ("jobs", PREDICTION_RETENTION_S),
-        ("research_runs", RESEARCH_RETENTION_S),
-    ):
+
+    def queue(name: str, retention_s: float) -> Jobs:
         jobs = Jobs(records.job_table(name, retention_s=retention_s), poll_s=records.poll_s)
         if llm is not None:
-            jobs.yield_to(_someone_waits_for(llm))  # a client's answer goes first
-        queues.append(jobs)
+            jobs.yield_to(lambda: llm.gate.waiting > 0)  # a client's answer goes first
+        return jobs
+
     return Services(
         store=store,
         llm=llm,
@@ -84,8 +77,8 @@ def assemble(
         conversations=records.conversations(
             max_turns=settings.memory_turns, ttl_s=settings.memory_ttl_hours * 3600
         ),
-        predictions=queues[0],
-        research_runs=queues[1],
+        predictions=queue("jobs", PREDICTION_RETENTION_S),
+        research_runs=queue("research_runs", RESEARCH_RETENTION_S),
     )
 
 

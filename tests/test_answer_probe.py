@@ -163,24 +163,29 @@ def scripted_state(prompt: str) -> list[float]:
     return state(3.0 if KNOWN in question.lower() else -3.0)
 
 
-@pytest.fixture
-def gated(tmp_path: Path) -> tuple[Flask, FlaskClient, ScriptedBackend]:
-    # refusal probability 0.1: below the refusal gate (0.3), logit −2.2 in the probe
-    backend = ScriptedBackend(ANSWER, hidden_state=scripted_state, refusal_probability=0.1)
+def probe_gated_app(tmp_path: Path, backend: ScriptedBackend, threshold: float) -> Flask:
+    """An app whose gate is the test probe at `threshold`, holding DOCUMENT."""
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
     services: Services = stores.services(
         settings,
         LLM(backend, max_waiters=2, timeout=10.0),
         HashEmbedder(),
-        gate=Gate(AnswerProbe.from_dict(probe_dict()), threshold=0.5),
+        gate=Gate(AnswerProbe.from_dict(probe_dict()), threshold=threshold),
     )
     app = create_app(settings, services)
-    client = app.test_client()
-    r = client.post(
+    r = app.test_client().post(
         "/upload", json={"store_mode": "text", "items": [{"id": "house", "text": DOCUMENT}]}
     )
     assert r.status_code == 200
-    return app, client, backend
+    return app
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> tuple[Flask, FlaskClient, ScriptedBackend]:
+    # refusal probability 0.1: below the refusal gate (0.3), logit −2.2 in the probe
+    backend = ScriptedBackend(ANSWER, hidden_state=scripted_state, refusal_probability=0.1)
+    app = probe_gated_app(tmp_path, backend, threshold=0.5)
+    return app, app.test_client(), backend
 
 
 def test_moorcheh_answer_declines_through_the_probe(
@@ -292,16 +297,7 @@ def test_openai_grounded_reply_declines_through_the_probe(
 def test_without_a_hidden_state_the_refusal_gate_decides(tmp_path: Path) -> None:
     """A backend that cannot read the hidden state (None) leaves the old gates in charge."""
     backend = ScriptedBackend(ANSWER, refusal_probability=0.9)  # no hidden_state
-    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
-    services = stores.services(
-        settings,
-        LLM(backend, max_waiters=2, timeout=10.0),
-        HashEmbedder(),
-        gate=Gate(AnswerProbe.from_dict(probe_dict()), threshold=0.01),
-    )
-    app = create_app(settings, services)
-    client = app.test_client()
-    client.post("/upload", json={"store_mode": "text", "items": [{"id": "h", "text": DOCUMENT}]})
+    client = probe_gated_app(tmp_path, backend, threshold=0.01).test_client()
     body = client.post("/answer", json={"query": "Where is the spare key?"}).get_json()
     assert body["answer"] == NO_CONTEXT_ANSWER  # refusal probability 0.9 > 0.3
     assert body["answerable_probability"] is None

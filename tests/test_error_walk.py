@@ -31,7 +31,7 @@ from flask_app.api.openai import errors as openai_errors
 from flask_app.api.openai.schemas import OpenAIErrorBody
 from flask_app.cluster.records import RecordsUnavailable
 from flask_app.cluster.store import ClusterUnusable
-from flask_app.errors import ServiceError, service_error_classes
+from flask_app.errors import ServiceError
 from flask_app.inference.embed import EmbedderBusy, EmbeddingError, TextTooLong
 from flask_app.inference.llm import (
     LLMCancelled,
@@ -117,6 +117,17 @@ def _render(app: Flask, surface: str, exc: ServiceError) -> tuple[int, dict[str,
     with app.test_request_context("/"):
         response, status = RENDER[surface](exc)
         return status, orjson.loads(response.get_data()), response.headers
+
+
+def service_error_classes() -> list[type[ServiceError]]:
+    """Every ServiceError subclass imported so far, depth first."""
+    found: list[type[ServiceError]] = []
+    stack = list(ServiceError.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        found.append(cls)
+        stack.extend(cls.__subclasses__())
+    return found
 
 
 def test_every_error_class_has_an_example() -> None:

@@ -316,8 +316,7 @@ class AnswerStream:
             raise RuntimeError("the answer's outcome is known once its last delta is taken")
         return self._outcome
 
-    @property
-    def answerable_probability(self) -> float | None:
+    def _answerable_probability(self) -> float | None:
         if self.probe_probability is not None:
             return self.probe_probability
         return None if self._judge is None else self._judge.probability
@@ -328,7 +327,7 @@ class AnswerStream:
             declined=declined,
             stopped_repeating=stopped_repeating,
             refusal_probability=self.refusal_probability,
-            answerable_probability=self.answerable_probability,
+            answerable_probability=self._answerable_probability(),
         )
 
     def _signals(self) -> Signals:

@@ -108,8 +108,6 @@ def _index_unindexed_text(db: sqlite3.Connection) -> None:
     if db.execute("SELECT 1 FROM settings WHERE key = 'fts'").fetchone() is None:
         rows = db.execute("SELECT id, text FROM items").fetchall()
         _index_text(db, [r[0] for r in rows], [r[1] for r in rows])
-        if rows:
-            _log.info("text index built for %d items", len(rows))
     db.execute("DELETE FROM settings WHERE key = 'fts'")
 
 

@@ -18,6 +18,7 @@ written in transactions from here, and brought to its schema here.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flask_app.store.errors import StoreError
+
+_log = logging.getLogger("edgerag")
 
 Migration = Callable[[sqlite3.Connection], None]
 
@@ -143,7 +146,16 @@ class Database:
         self._wal_limit_bytes = wal_limit_bytes
         self._local = threading.local()
         path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
         self.migrations_run = migrate(self.connection(), schema, path)
+        if existed and self.migrations_run:  # an upgrade, not a new file
+            _log.info(
+                "%s: %s brought to schema version %d (%d migrations)",
+                path,
+                schema.name,
+                schema.version,
+                self.migrations_run,
+            )
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (autocommit: each statement alone, or
