@@ -24,6 +24,7 @@ Rows go to CACHE/answer_probe/<preset>[-reworded|-few].npz (the states) and
     .venv/bin/python benches/answer_probe.py fit       # the probe files, from the committed rows
     .venv/bin/python benches/answer_probe.py build     # all of it: collect, search, fit
     .venv/bin/python benches/answer_probe.py cost      # time to first token: old gates vs the probe
+    .venv/bin/python benches/answer_probe.py nested    # the dev frontier read by the shipped probe
 """
 
 from __future__ import annotations
@@ -331,6 +332,8 @@ TRAINING = Path(__file__).parent / "results" / "answer_probe"
 # test targets (0.5B 70%, 1.5B 85%) with a margin for ~50 dev questions.
 REFUSAL_TARGETS = {"qwen2.5-coder-0.5b": 0.80, "qwen2.5-coder-1.5b": 0.92}
 C_GRID = (0.003, 0.01, 0.03, 0.1)
+# the refusal targets of the dev frontier's table (docs/answer-quality.md)
+DEV_TARGETS = (0.70, 0.75, 0.80, 0.85, 0.90, 0.92, 0.95)
 WITHHELD_WEIGHTS = (0.0, 0.5, 1.0)
 SIGNAL_SETS = (
     (),
@@ -521,6 +524,26 @@ def fit(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+def nested(args: argparse.Namespace) -> None:
+    """Does the threshold read off out-of-fold probabilities hold for the probe
+    that ships? Each dev row scored by the whole fit made without its fold,
+    at the thresholds the out-of-fold probabilities give each refusal target."""
+    for llm in args.llms:
+        rows, choice, _ = load_training(llm)
+        shipped = probe_fit.fit(rows, choice)
+        p_nested, thresholds = probe_fit.nested(rows, choice)
+        print(f"{llm}: threshold {shipped.threshold:.3f}; each fold's: ", end="")
+        print(", ".join(f"{t:.3f}" for t in thresholds))
+        for target in DEV_TARGETS:
+            oof = probe_fit.threshold_for(rows, shipped.oof, target)
+            held = probe_fit.outcome(rows, p_nested, oof.threshold)
+            print(
+                f"  target {target:.0%}: threshold {oof.threshold:.3f}, out-of-fold "
+                f"{oof.refusals:.0%} declined / {oof.accuracy:.0%} right, nested "
+                f"{held.refusals:.0%} / {held.accuracy:.0%}"
+            )
+
+
 def cost(args: argparse.Namespace) -> None:
     """Time to first token of the dev questions of two own-words sets, three
     ways in turn per question, each after another question's prompt (the
@@ -594,6 +617,7 @@ def main() -> None:
         "fit": "make the probe files from the committed training rows",
         "cost": "time to first token with and without reading the hidden state",
         "reword": "the dev questions in other words, written by the 1.5B (-> benches/results)",
+        "nested": "the dev frontier read by the shipped kind of probe (nested folds)",
     }
     for name, text in steps.items():
         step = sub.add_parser(name, help=text)
@@ -627,6 +651,8 @@ def main() -> None:
         fit(args)
     if args.command == "cost":
         cost(args)
+    if args.command == "nested":
+        nested(args)
 
 
 if __name__ == "__main__":

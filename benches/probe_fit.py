@@ -290,3 +290,25 @@ def fit(rows: Rows, choice: Choice) -> Fitted:
     p_oof = stage2_oof(rows, h_oof, choice.signals, folds, learn)
     threshold = threshold_for(rows, p_oof, choice.refusal_target).threshold
     return Fitted(hidden, combine, fill, threshold, p_oof)
+
+
+def probability(fitted: Fitted, rows: Rows, signals: Sequence[str]) -> Array:
+    """P(right) of `rows` as the shipped probe computes it while serving."""
+    z = stage2_inputs(rows, fitted.hidden.score(rows.hidden), signals, fitted.fill)
+    return np.asarray(1.0 / (1.0 + np.exp(-fitted.combine.score(z))), dtype=np.float64)
+
+
+def nested(rows: Rows, choice: Choice) -> tuple[Array, list[float]]:
+    """Each row's P(right) from the whole of `fit` run without its fold (the
+    shipped probe's kind of model, scoring questions it was not fitted on),
+    and each fold's threshold: whether the out-of-fold threshold carries to
+    the probe that ships."""
+    out = np.full(len(rows.meta), np.nan)
+    thresholds = []
+    for train, test in kfolds(rows):
+        part = Rows([rows.meta[i] for i in train], rows.hidden[train])
+        fitted = fit(part, choice)
+        thresholds.append(fitted.threshold)
+        held = Rows([rows.meta[i] for i in test], rows.hidden[test])
+        out[test] = probability(fitted, held, choice.signals)
+    return out, thresholds

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up and run every check: Rust (fmt, clippy, tests), Python
 # (ruff, mypy --strict, stubtest, pytest including the real-model tests).
-# Extra arguments go to pytest.
+# Extra arguments: one pytest run with them (serial) instead of the two stages.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -42,8 +42,21 @@ run_pytest() {
     fi
     return $status
 }
-step "pytest"
-run_pytest "$@"
+if (($#)); then
+    step "pytest $*"
+    run_pytest "$@"
+else
+    # The tests that do not load the real models run on one worker per core
+    # (each test file on one worker, so its module fixtures are built once);
+    # the real-model tests run one at a time after them: two llama.cpp
+    # contexts on the same cores would each spin-wait on the other's threads.
+    WORKERS="$(nproc)"
+    if ((WORKERS > 4)); then WORKERS=4; fi
+    step "pytest: the tests without the real models, $WORKERS workers"
+    run_pytest -m "not real_model" --numprocesses "$WORKERS" --dist loadfile
+    step "pytest: the real-model tests, one at a time"
+    run_pytest -m real_model
+fi
 step "pytest: the three surfaces' contract tests on a 2-node local Ray cluster"
 # moorcheh-edge's over-a-socket variant tests waitress's transport, which the
 # store behind it does not change: the stage above runs it
