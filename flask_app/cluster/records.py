@@ -18,6 +18,7 @@ from typing import Any, cast
 import ray
 import ray.exceptions
 
+from flask_app.cluster import actor_call
 from flask_app.cluster.store import ClusterUnusable, detached_on, node_numbers
 from flask_app.rag.memory import Conversations
 from flask_app.store import CollectionUnavailable
@@ -90,7 +91,9 @@ class Remote:
             raise AttributeError(method)
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            ref = self._actor.call.remote(self._kind, self._options, method, args, kwargs)
+            ref = actor_call.call(
+                self._actor, RecordsHost.call, self._kind, self._options, method, args, kwargs
+            )
             try:
                 return ray.get(ref, timeout=self._timeout)
             except ray.exceptions.RayTaskError as exc:
@@ -128,7 +131,9 @@ class ClusterRecords:
         )
         actor: Any = ray.remote(RecordsHost).options(**options).remote(str(directory))
         try:
-            where: dict[str, Any] = ray.get(actor.where.remote(), timeout=max(timeout, 120.0))
+            where: dict[str, Any] = ray.get(
+                actor_call.call(actor, RecordsHost.where), timeout=max(timeout, 120.0)
+            )
         except ray.exceptions.RayError as exc:
             raise ClusterUnusable(f"the records actor did not start: {exc}") from None
         _log.info("cluster records in %s on %s", where["directory"], where["host"])
@@ -136,7 +141,7 @@ class ClusterRecords:
 
     def failures(self) -> dict[str, str]:
         try:
-            ray.get(self.actor.where.remote(), timeout=min(self.timeout, 5.0))
+            ray.get(actor_call.call(self.actor, RecordsHost.where), timeout=min(self.timeout, 5.0))
         except ray.exceptions.RayError as exc:
             return {"records": f"do not answer ({type(exc).__name__}): restarting, or node down"}
         return {}

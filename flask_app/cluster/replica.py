@@ -16,6 +16,7 @@ import numpy as np
 import ray
 import ray.exceptions
 
+from flask_app.cluster import actor_call
 from flask_app.cluster.store import ClusterUnusable, detached_on, node_cpus, node_numbers
 from flask_app.inference.embed import Embedder, LlamaEmbedder, Vectors, check_lengths
 from flask_app.inference.llm import (
@@ -158,7 +159,7 @@ class ReplicaBackend:
             replicas.append(
                 remote.options(**options).remote(str(path), n_ctx, threads, model_id, embeds)
             )
-        ray.get([r.pid.remote() for r in replicas], timeout=300)  # loaded, or fail now
+        ray.get([actor_call.call(r, Replica.pid) for r in replicas], timeout=300)  # loaded
         _log.info("%d replicas of %s", len(replicas), local.model_id)
         return cls(local, replicas)
 
@@ -214,7 +215,7 @@ class ReplicaBackend:
             started = False
             stream = None
             try:
-                stream = self.replicas[n].generate.options(num_returns="streaming").remote(*args)
+                stream = actor_call.stream(self.replicas[n], Replica.generate, *args)
                 for ref in stream:
                     kind, value = ray.get(ref)
                     started = True
@@ -279,7 +280,10 @@ class SpreadEmbedder:
         count = len(self.replicas)
         size = -(-len(texts) // count)
         parts = [list(texts[i : i + size]) for i in range(0, len(texts), size)]
-        refs = [r.embed.remote(part) for r, part in zip(self.replicas, parts, strict=False)]
+        refs = [
+            actor_call.call(r, Replica.embed, part)
+            for r, part in zip(self.replicas, parts, strict=False)
+        ]
         try:
             done: list[Vectors] = ray.get(refs, timeout=600)
         except ray.exceptions.RayError as exc:

@@ -19,6 +19,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
+from flask_app.cluster import actor_call
 from flask_app.cluster.shard import Shard
 from flask_app.cluster.shards import Shards
 from flask_app.store import (
@@ -42,7 +43,7 @@ def _invoke(method: Callable[..., Any], args: tuple[Any, ...], actor: Any) -> An
     """`method` of the `Shard` class, run by the shard's actor. Calls name the
     method itself (`Shard.info`), so mypy checks that it exists and, through
     `_all` and `_by_shard`, its arguments and its result."""
-    return getattr(actor, method.__name__).remote(*args)
+    return actor_call.call(actor, method, *args)
 
 
 def shard_of(item_id: str, shards: int) -> int:

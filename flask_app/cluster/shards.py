@@ -10,6 +10,8 @@ from typing import Any
 import ray
 import ray.exceptions
 
+from flask_app.cluster import actor_call
+from flask_app.cluster.shard import Shard
 from flask_app.store import CollectionUnavailable
 
 # After a shard fails to answer, calls to it fail at once for this long
@@ -68,7 +70,7 @@ class Shards:
     def where(self, timeout: float = 5.0) -> list[dict[str, Any]]:
         """Where each shard runs ({"shard": n, "error": …} for one that does
         not answer within `timeout`)."""
-        refs = [actor.where.remote() for actor in self.actors]
+        refs = [actor_call.call(actor, Shard.where) for actor in self.actors]
         deadline = time.monotonic() + timeout
         out = []
         for n, ref in enumerate(refs):

@@ -23,6 +23,7 @@ from typing import Any
 import ray
 import ray.exceptions
 
+from flask_app.cluster import actor_call
 from flask_app.cluster.shard import Shard
 from flask_app.cluster.sharded import ShardedCollection
 from flask_app.cluster.shards import Shards
@@ -210,7 +211,9 @@ class ClusterStore:
             if f"shard-{n}" in out:
                 continue
             try:
-                found = ray.get(actor.failures.remote(), timeout=min(self.shards.timeout, 5.0))
+                found = ray.get(
+                    actor_call.call(actor, Shard.failures), timeout=min(self.shards.timeout, 5.0)
+                )
             except ray.exceptions.RayError as exc:
                 why = f"does not answer ({type(exc).__name__}): restarting, or its node is down"
                 self.shards.mark_down(n, why)
