@@ -21,7 +21,6 @@ Rows go to CACHE/answer_probe/<preset>[-reworded|-few].npz (the states) and
 .json (the rest).
 
     .venv/bin/python benches/answer_probe.py search    # choose on dev: layer, C, weights, signals
-    .venv/bin/python benches/answer_probe.py search --combine-only  # stage 2 only, committed rows
     .venv/bin/python benches/answer_probe.py fit       # the probe files, from the committed rows
     .venv/bin/python benches/answer_probe.py build     # all of it: collect, search, fit
     .venv/bin/python benches/answer_probe.py cost      # time to first token: old gates vs the probe
@@ -366,9 +365,8 @@ def _auc(rows: probe_fit.Rows, score: np.ndarray) -> float:
 
 def search(args: argparse.Namespace) -> None:
     """Layers first (C 0.01, no withheld rows), then C × withheld weight on the
-    three best, then stage 2 (`choose_combine`); each by the mean of the
-    six-fold and the set-left-out AUCs. The choice and the chosen layer's rows
-    go to TRAINING."""
+    three best, then the signal sets; each by the mean of the six-fold and the
+    set-left-out AUCs. The choice and the chosen layer's rows go to TRAINING."""
     for llm in args.llms:
         meta, states = load(args.data, llm)
         report: dict[str, Any] = {"layers": {}, "grid": [], "signals": {}}
@@ -402,61 +400,34 @@ def search(args: argparse.Namespace) -> None:
         _, layer, c, withheld, reworded, few, _ = max(grid)
         rows = rows_at(meta, states, layer)
         hidden = probe_fit.HiddenChoice(c, withheld, reworded, few)
-        choose_combine(llm, rows, layer, hidden, report)
-
-
-def choose_combine(
-    llm: str,
-    rows: probe_fit.Rows,
-    layer: int,
-    hidden: probe_fit.HiddenChoice,
-    report: dict[str, Any],
-) -> None:
-    """Stage 2 on dev: the signals beside the hidden score, and whether it
-    learns from wrong answers to answerable questions, by the same mean of
-    the six-fold and set-left-out AUCs; then the training rows are saved."""
-    folds, by_set = probe_fit.kfolds(rows), probe_fit.set_folds(rows)
-    h_k, h_s = (probe_fit.stage1_oof(rows, hidden, f) for f in (folds, by_set))
-    best: tuple[tuple[str, ...], bool] = ((), True)
-    best_score = -1.0
-    # the judge is a second prefill: only for a preset that asks it anyway
-    asks_judge = PRESETS[llm].calibration.judge > 0
-    report["signals"] = {}
-    for wrong_answers in (True, False):
-        learn = probe_fit.combine_rows(rows, hidden, wrong_answers)
+        folds, by_set = probe_fit.kfolds(rows), probe_fit.set_folds(rows)
+        h_k, h_s = (probe_fit.stage1_oof(rows, hidden, f) for f in (folds, by_set))
+        best_signals: tuple[str, ...] = ()
+        best_score = -1.0
+        # the judge is a second prefill: only for a preset that asks it anyway
+        asks_judge = PRESETS[llm].calibration.judge > 0
         for signals in SIGNAL_SETS:
             if "judge_logit" in signals and not asks_judge:
                 continue
+            learn = hidden.learns(rows)
             p_k = probe_fit.stage2_oof(rows, h_k, signals, folds, learn)
             p_s = probe_fit.stage2_oof(rows, h_s, signals, by_set, learn)
             aucs = _auc(rows, p_k), _auc(rows, p_s)
-            name = ("+".join(signals) or "hidden only") + (
-                "" if wrong_answers else ", without wrong answers"
-            )
-            report["signals"][name] = aucs
-            print(f"{llm} signals {name}: AUC {aucs[0]:.3f}, sets left out {aucs[1]:.3f}")
+            report["signals"]["+".join(signals) or "hidden only"] = aucs
+            print(f"{llm} signals {signals}: AUC {aucs[0]:.3f}, sets left out {aucs[1]:.3f}")
             if sum(aucs) / 2 > best_score + 1e-9:
-                best, best_score = (signals, wrong_answers), sum(aucs) / 2
-    choice = probe_fit.Choice(
-        layer,
-        hidden.c,
-        hidden.withheld_weight,
-        best[0],
-        REFUSAL_TARGETS[llm],
-        reworded_weight=hidden.reworded_weight,
-        few_weight=hidden.few_weight,
-        combine_wrong_answers=best[1],
-    )
-    save_training(llm, rows.meta, rows.hidden, choice, report)
-    print(f"{llm}: chose {choice}")
-
-
-def search_combine(args: argparse.Namespace) -> None:
-    """Stage 2's choice again over the committed rows, keeping the committed
-    stage-1 choice (layer, C, row weights) and its search report."""
-    for llm in args.llms:
-        rows, choice, body = load_training(llm)
-        choose_combine(llm, rows, choice.layer, choice.hidden(), body["search"])
+                best_signals, best_score = signals, sum(aucs) / 2
+        choice = probe_fit.Choice(
+            layer,
+            c,
+            withheld,
+            best_signals,
+            REFUSAL_TARGETS[llm],
+            reworded_weight=reworded,
+            few_weight=few,
+        )
+        save_training(llm, meta, rows.hidden, choice, report)
+        print(f"{llm}: chose {choice}")
 
 
 def save_training(
@@ -563,16 +534,13 @@ def nested(args: argparse.Namespace) -> None:
         p_nested, thresholds = probe_fit.nested(rows, choice)
         print(f"{llm}: threshold {shipped.threshold:.3f}; each fold's: ", end="")
         print(", ".join(f"{t:.3f}" for t in thresholds))
-        answerable = rows.asked & rows.flag("answerable")
-        wrong = answerable & ~rows.flag("correct") & ~rows.flag("refused")
         for target in DEV_TARGETS:
             oof = probe_fit.threshold_for(rows, shipped.oof, target)
             held = probe_fit.outcome(rows, p_nested, oof.threshold)
-            served_wrong = (wrong & (shipped.oof >= oof.threshold)).sum() / answerable.sum()
             print(
                 f"  target {target:.0%}: threshold {oof.threshold:.3f}, out-of-fold "
-                f"{oof.refusals:.0%} declined / {oof.accuracy:.0%} right / "
-                f"{served_wrong:.0%} wrong, nested {held.refusals:.0%} / {held.accuracy:.0%}"
+                f"{oof.refusals:.0%} declined / {oof.accuracy:.0%} right, nested "
+                f"{held.refusals:.0%} / {held.accuracy:.0%}"
             )
 
 
@@ -671,20 +639,13 @@ def main() -> None:
             step.add_argument(
                 "--layers", nargs="+", type=int, help="the layers to try (default: every one)"
             )
-            step.add_argument(
-                "--combine-only",
-                action="store_true",
-                help="keep the committed stage-1 choice; choose stage 2 again",
-            )
     args = parser.parse_args()
     args.layers = getattr(args, "layers", None)
     if args.command == "reword" or (args.command == "build" and not PARAPHRASES.is_file()):
         reword(args)
     if args.command in ("build", "collect"):
         collect(args)
-    if args.command == "search" and args.combine_only:
-        search_combine(args)
-    elif args.command in ("build", "search"):
+    if args.command in ("build", "search"):
         search(args)
     if args.command in ("build", "fit"):
         fit(args)

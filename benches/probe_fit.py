@@ -9,9 +9,7 @@ Everything here looks at dev rows only. Two stages:
 2. **Combine.** A logistic regression over the first stage's score and the
    scalar signals (the refusal probability's logit, the evidence cosine, …),
    trained on out-of-fold first-stage scores of the asked rows to predict the
-   ungated answer being right — against every other question, or (where dev
-   chose it) against the unanswerable ones only: the two kinds the gate is
-   judged on, a wrong answer to an answerable question being neither.
+   ungated answer being right.
 
 The threshold is the highest one at which, on the out-of-fold probabilities
 of the dev rows, the share of unanswerable questions declined (by the gate or
@@ -259,23 +257,9 @@ class Choice:
     refusal_target: float
     reworded_weight: float = 1.0
     few_weight: float = 0.0
-    # stage 2 also learns from answerable questions answered wrongly (as negatives)
-    combine_wrong_answers: bool = True
 
     def hidden(self) -> HiddenChoice:
         return HiddenChoice(self.c, self.withheld_weight, self.reworded_weight, self.few_weight)
-
-    def combine_learns(self, rows: Rows) -> npt.NDArray[np.bool_]:
-        return combine_rows(rows, self.hidden(), self.combine_wrong_answers)
-
-
-def combine_rows(rows: Rows, hidden: HiddenChoice, wrong_answers: bool) -> npt.NDArray[np.bool_]:
-    """The rows stage 2 learns on; without the answerable questions answered
-    wrongly unless `wrong_answers`."""
-    learn = hidden.learns(rows)
-    if wrong_answers:
-        return learn
-    return learn & (rows.flag("correct") | ~rows.flag("answerable"))
 
 
 @dataclass(frozen=True)
@@ -299,7 +283,7 @@ def fit(rows: Rows, choice: Choice) -> Fitted:
     h_oof = stage1_oof(rows, choice.hidden(), folds)
     fill = fills(rows, choice.signals)
     z = stage2_inputs(rows, h_oof, choice.signals, fill)
-    learn = choice.combine_learns(rows)
+    learn = choice.hidden().learns(rows)
     combine = fit_linear(
         z[learn], rows.flag("correct")[learn], np.ones(int(learn.sum())), 1.0, balanced=False
     )

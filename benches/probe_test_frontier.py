@@ -9,8 +9,7 @@ above the preset's refusal gate) to an ungated run that recorded both.
         benches/results/rag_eval_ungated_test_probe.json
 
 Overall, and for the two sets asked in users' own words. Nothing here is
-chosen: the thresholds are dev's, from the committed training rows
-(docs/answer-quality.md, "The dev frontier").
+chosen: the thresholds are dev's (docs/answer-quality.md, "The dev frontier").
 """
 
 from __future__ import annotations
@@ -23,22 +22,30 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benches import answer_probe, probe_fit
 from benches.gate_grid import outcome
 from flask_app.inference.presets import PRESETS
 
-
-def dev_frontier(llm: str) -> list[tuple[int, float]]:
-    """(dev refusal target in %, the threshold dev's out-of-fold
-    probabilities give it), read from the committed training rows."""
-    rows, choice, _ = answer_probe.load_training(llm)
-    fitted = probe_fit.fit(rows, choice)
-    return [
-        (round(t * 100), round(probe_fit.threshold_for(rows, fitted.oof, t).threshold, 4))
-        for t in answer_probe.DEV_TARGETS
-    ]
-
-
+# (dev refusal target, the threshold dev's out-of-fold probabilities gave it)
+DEV_FRONTIER = {
+    "qwen2.5-coder-0.5b": [
+        (70, 0.29),
+        (75, 0.37),
+        (80, 0.4653),
+        (85, 0.51),
+        (90, 0.57),
+        (92, 0.67),
+        (95, 0.72),
+    ],
+    "qwen2.5-coder-1.5b": [
+        (70, 0.30),
+        (75, 0.39),
+        (80, 0.51),
+        (85, 0.61),
+        (90, 0.64),
+        (92, 0.6589),
+        (95, 0.69),
+    ],
+}
 OWN_WORDS = ("town-notices", "product-help")
 
 
@@ -67,7 +74,7 @@ def main() -> None:
         "| dev target | model | threshold | test: refused / correct | town-notices | product-help |"
     )
     print("|---|---|---|---|---|---|")
-    for llm in PRESETS:
+    for llm, points in DEV_FRONTIER.items():
         rows = [
             r
             for r in answers
@@ -76,7 +83,7 @@ def main() -> None:
         if not rows:
             continue
         refusal = PRESETS[llm].calibration.refusal_probability
-        for target, threshold in dev_frontier(llm):
+        for target, threshold in points:
             parts = [served(rows, threshold, refusal)]
             parts += [
                 served([r for r in rows if r["set"] == s], threshold, refusal) for s in OWN_WORDS

@@ -91,8 +91,7 @@ class AnswerProbe:
         return float(np.dot(self.weights, state.astype(np.float64)) + self.bias)
 
     def probability(self, signals: Signals) -> float | None:
-        """P(the answer is right rather than the question unanswerable from the
-        documents); None without the hidden state."""
+        """P(the answer is right); None without the hidden state."""
         if signals.hidden is None or self.layer not in signals.hidden:
             return None
         z = self.combine_bias
