@@ -108,6 +108,10 @@ class Linear:
         return np.asarray(x @ self.weights + self.bias, dtype=np.float64)
 
 
+def sigmoid(z: Array) -> Array:
+    return np.asarray(1.0 / (1.0 + np.exp(-z)), dtype=np.float64)
+
+
 def fit_linear(
     x: Array, y: npt.NDArray[np.bool_], weight: Array, c: float, balanced: bool = True
 ) -> Linear:
@@ -194,7 +198,7 @@ def stage2_oof(
     for train, test in folds:
         keep = train[learn[train]]
         model = fit_linear(z[keep], y[keep], np.ones(len(keep)), 1.0, balanced=False)
-        out[test] = 1.0 / (1.0 + np.exp(-model.score(z[test])))
+        out[test] = sigmoid(model.score(z[test]))
     return out
 
 
@@ -295,7 +299,7 @@ def fit(rows: Rows, choice: Choice) -> Fitted:
 def probability(fitted: Fitted, rows: Rows, signals: Sequence[str]) -> Array:
     """P(right) of `rows` as the shipped probe computes it while serving."""
     z = stage2_inputs(rows, fitted.hidden.score(rows.hidden), signals, fitted.fill)
-    return np.asarray(1.0 / (1.0 + np.exp(-fitted.combine.score(z))), dtype=np.float64)
+    return sigmoid(fitted.combine.score(z))
 
 
 def nested(rows: Rows, choice: Choice) -> tuple[Array, list[float]]:
