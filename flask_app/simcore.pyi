@@ -19,6 +19,7 @@ __all__ = [
     "quantize_min_max",
     "reduce_dims",
     "simd_level",
+    "split_upload",
     "supported_simd_levels",
     "top_k",
 ]
@@ -60,6 +61,15 @@ def matrix_from_lists(
     rejected, rows must be equally long, values must fit in float32.
     `label` names a row in errors, "{}" standing for its index
     (e.g. "items[{}].vector").
+    """
+
+def split_upload(
+    body: bytes,
+) -> tuple[str, bytes, npt.NDArray[np.float32] | None, str | None] | None:
+    """A JSON upload body split in one pass, the GIL released: the items'
+    vectors as one (n, d) float32 array, and the body without them.
+    Returns (field, rest, vectors or None, problem or None), or None for a
+    body it does not handle (see `upload::split_upload`).
     """
 
 def simd_level() -> str:

@@ -12,6 +12,7 @@ pub mod kernels;
 pub mod quant;
 pub mod search;
 pub mod topk;
+pub mod upload;
 
 #[cfg(feature = "python")]
 mod python {
@@ -25,7 +26,7 @@ mod python {
     use pyo3::create_exception;
     use pyo3::exceptions::{PyOSError, PyValueError};
     use pyo3::prelude::*;
-    use pyo3::types::{PyFloat, PyInt, PyList};
+    use pyo3::types::{PyBytes, PyFloat, PyInt, PyList};
 
     use crate::cpu;
     use crate::error::SimcoreError;
@@ -226,6 +227,38 @@ mod python {
         }
         let array = PyArray1::from_vec(py, values);
         array.reshape([n, dim])
+    }
+
+    /// A JSON upload body split in one pass, the GIL released: the items'
+    /// vectors as one (n, d) float32 array, and the body without them.
+    /// Returns (field, rest, vectors or None, problem or None), or None for a
+    /// body it does not handle (see `upload::split_upload`).
+    #[pyfunction]
+    #[allow(clippy::type_complexity)]
+    fn split_upload<'py>(
+        py: Python<'py>,
+        body: &[u8],
+    ) -> PyResult<
+        Option<(
+            &'static str,
+            Bound<'py, PyBytes>,
+            Option<Bound<'py, PyArray2<f32>>>,
+            Option<String>,
+        )>,
+    > {
+        let Some(split) = py.detach(|| crate::upload::split_upload(body)) else {
+            return Ok(None);
+        };
+        let rest = PyBytes::new(py, &split.rest);
+        let (matrix, problem) = match split.vectors {
+            Ok(None) => (None, None),
+            Ok(Some(m)) => (
+                Some(PyArray1::from_vec(py, m.values).reshape([m.rows, m.dim])?),
+                None,
+            ),
+            Err(problem) => (None, Some(problem.message().to_string())),
+        };
+        Ok(Some((split.field, rest, matrix, problem)))
     }
 
     /// The SIMD level in use (capped by the SIMCORE_SIMD environment variable).
@@ -592,6 +625,7 @@ mod python {
         m.add_function(wrap_pyfunction!(simd_level, m)?)?;
         m.add_function(wrap_pyfunction!(popcount_kernel, m)?)?;
         m.add_function(wrap_pyfunction!(matrix_from_lists, m)?)?;
+        m.add_function(wrap_pyfunction!(split_upload, m)?)?;
         m.add_function(wrap_pyfunction!(supported_simd_levels, m)?)?;
         m.add_class::<Index>()?;
         m.add("SimcoreValueError", py.get_type::<SimcoreValueError>())?;

@@ -41,6 +41,11 @@ class OrjsonProvider(JSONProvider):
 
 def json_object(request: Request) -> dict[str, Any]:
     """The body as a JSON object; NaN, Infinity and duplicate-free nonsense are rejected."""
+    return parse_object(json_bytes(request))
+
+
+def json_bytes(request: Request) -> bytes:
+    """The body of a JSON request, unparsed (415 for another type, 400 when empty)."""
     mimetype = request.mimetype
     if mimetype != "application/json" and not mimetype.endswith("+json"):
         raise BadRequest(
@@ -49,6 +54,11 @@ def json_object(request: Request) -> dict[str, Any]:
     raw = request.get_data(cache=False)
     if not raw.strip():
         raise MalformedJSON("request body is empty; expected a JSON object")
+    return raw
+
+
+def parse_object(raw: bytes) -> dict[str, Any]:
+    """JSON text as an object, strictly (orjson: no NaN or Infinity)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -19,7 +19,14 @@ from flask.typing import ResponseReturnValue
 
 from flask_app import rag, simcore
 from flask_app.api.http.extensions import gate_of, records_of, services_of, settings_of
-from flask_app.api.http.json_body import BadRequest, json_object, validate
+from flask_app.api.http.json_body import (
+    BadRequest,
+    MalformedJSON,
+    json_bytes,
+    json_object,
+    parse_object,
+    validate,
+)
 from flask_app.api.http.openapi import operation
 from flask_app.api.http.vectors import VectorError, check_matrix
 from flask_app.api.moorcheh import bulk, scores
@@ -157,8 +164,16 @@ def _matrix(vectors: list[Any], field: str) -> Vector:
         raise BadRequest(f"{field}[{missing[0]}]: either every item carries a vector or none does")
     try:
         matrix = simcore.matrix_from_lists(vectors, f"{field}[{{}}].vector")
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return _checked(matrix, field)
+
+
+def _checked(matrix: Vector, field: str) -> Vector:
+    """The matrix's own checks: dimension range, finite, no zero rows."""
+    try:
         return check_matrix(matrix, lambda i: f"{field}[{i}].vector", MIN_DIM, MAX_DIM)
-    except (ValueError, VectorError) as exc:
+    except VectorError as exc:
         raise BadRequest(str(exc)) from None
 
 
@@ -205,7 +220,31 @@ def _upload(
 def upload() -> ResponseReturnValue:
     if request.mimetype == bulk.MULTIPART:
         return _bulk_upload()
-    body = json_object(request)
+    return upload_json(json_bytes(request))
+
+
+def upload_json(raw: bytes) -> ResponseReturnValue:
+    """A JSON upload: simcore parses the vectors, the rest is validated as usual."""
+    split = simcore.split_upload(raw)
+    if split is None:  # not an upload body simcore splits: the checks below name the fault
+        return _upload_parsed(parse_object(raw))
+    field, rest, vectors, problem = split
+    try:
+        body = parse_object(rest)
+    except MalformedJSON:  # (a number JSON cannot hold): the message names its place in the body
+        parse_object(raw)
+        raise
+    if field == "vectors":
+        legacy = validate(LegacyUpload, body)
+        matrix = _split_matrix(vectors, problem, field)
+        return _upload(legacy.vectors, matrix, "vector", None, field)
+    parsed = validate(Upload, body)
+    matrix = _split_matrix(vectors, problem, field)
+    return _upload(parsed.items, matrix, parsed.store_mode, parsed.embedding_model, field)
+
+
+def _upload_parsed(body: dict[str, Any]) -> ResponseReturnValue:
+    """An upload body as Python objects, vectors converted from lists."""
     if "vectors" in body and "items" not in body:
         raw = _take_vectors(body, "vectors")
         legacy = validate(LegacyUpload, body)
@@ -215,6 +254,13 @@ def upload() -> ResponseReturnValue:
     parsed = validate(Upload, body)
     matrix = _matrix(raw, "items") if raw is not None else None
     return _upload(parsed.items, matrix, parsed.store_mode, parsed.embedding_model, "items")
+
+
+def _split_matrix(vectors: Vector | None, problem: str | None, field: str) -> Vector | None:
+    """simcore's split vectors, once the rest of the body has validated."""
+    if problem is not None:
+        raise BadRequest(problem)
+    return None if vectors is None else _checked(vectors, field)
 
 
 def _bulk_upload() -> ResponseReturnValue:

@@ -19,7 +19,8 @@ from flask_app.api.http.json_types import FLOAT32_OVERFLOW, JsonInt
 from flask_app.index_kinds import IndexKind
 
 Number = Annotated[float, Strict()]  # ints accepted, strings and booleans not
-# numbers, checked (with the server's own messages) by simcore.matrix_from_lists
+# numbers, checked (with the server's own messages) by simcore: split_upload reads an upload's
+# vectors from the body bytes, matrix_from_lists a parsed query's
 VectorList = Annotated[
     list[Any],
     WithJsonSchema(
@@ -56,8 +57,8 @@ ID_MAX_LENGTH = 512
 
 
 class UploadItem(_Body):
-    """An item without its vector: vectors are taken out of the body before
-    validation and converted in one strict pass (`simcore.matrix_from_lists`)."""
+    """An item without its vector: simcore reads the vectors out of the body's
+    bytes into one float32 matrix before validation (`simcore.split_upload`)."""
 
     id: StrictStr = Field(min_length=1, max_length=ID_MAX_LENGTH)
     text: StrictStr | None = None
