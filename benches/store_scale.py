@@ -2,7 +2,10 @@
 upload N x d vectors as JSON (batches of 1,000) and as binary (multipart:
 a .npy part and the ids, batches of --npy-batch rows), each into a fresh
 store (vector mode, --max-items off), then restart and time until /health
-answers, then time /search.
+answers, then time /search. Then what one batch of each format costs per
+step, in-process (medians): the old JSON parse (orjson into Python floats)
+beside simcore's split of the same body, validation, the vector checks, the
+multipart parse and the store's write.
 
     .venv/bin/python benches/store_scale.py [--n 1000000] [--dim 384] [--clients 2]
         [--formats json npy] [--json results.json]
@@ -50,21 +53,25 @@ def start(data_dir: Path, port: int) -> ServerProcess:
     )
 
 
-def json_bodies(vectors: np.ndarray, batch: int) -> Iterator[tuple[bytes, str]]:
+def json_bodies(
+    vectors: np.ndarray, batch: int, prefix: str = "doc-"
+) -> Iterator[tuple[bytes, str]]:
     for lo in range(0, len(vectors), batch):
-        items = [{"id": f"doc-{i}", "vector": vectors[i]} for i in range(lo, lo + batch)]
+        items = [{"id": f"{prefix}{i}", "vector": vectors[i]} for i in range(lo, lo + batch)]
         body = orjson.dumps(
             {"store_mode": "vector", "items": items}, option=orjson.OPT_SERIALIZE_NUMPY
         )
         yield body, "application/json"
 
 
-def npy_bodies(vectors: np.ndarray, batch: int) -> Iterator[tuple[bytes, str]]:
+def npy_bodies(
+    vectors: np.ndarray, batch: int, prefix: str = "doc-"
+) -> Iterator[tuple[bytes, str]]:
     for lo in range(0, len(vectors), batch):
         hi = min(len(vectors), lo + batch)
         npy = io.BytesIO()
         np.save(npy, vectors[lo:hi])
-        ids = "\n".join(f"doc-{i}" for i in range(lo, hi)).encode()
+        ids = "\n".join(f"{prefix}{i}" for i in range(lo, hi)).encode()
         yield encode_multipart_formdata(
             {"vectors": ("v.npy", npy.getvalue()), "ids": ("ids.txt", ids)}
         )
@@ -101,6 +108,71 @@ def upload(base: str, bodies: list[tuple[bytes, str]], clients: int) -> float:
     if failures:
         raise SystemExit(f"upload failed: {failures[0][:500]}")
     return elapsed
+
+
+def breakdown(dim: int, json_batch: int, npy_batch: int, repeats: int = 7) -> dict[str, float]:
+    """Median milliseconds per step of one batch, in-process, into a fresh store."""
+    from flask import Flask
+    from werkzeug.test import EnvironBuilder
+
+    from flask_app import simcore
+    from flask_app.api.http.json_body import parse_object, validate
+    from flask_app.api.http.vectors import check_matrix
+    from flask_app.api.moorcheh import bulk
+    from flask_app.api.moorcheh.schemas import Upload
+    from flask_app.store import Store
+
+    rng = np.random.default_rng(1)
+    steps: dict[str, list[float]] = {}
+
+    def step(name: str, t0: float) -> float:
+        t1 = time.perf_counter()
+        steps.setdefault(name, []).append(t1 - t0)
+        return t1
+
+    app = Flask("breakdown")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "data")
+        edge = store.edge()
+        for b in range(repeats):
+            vectors = rng.standard_normal((json_batch, dim), dtype=np.float32)
+            body, _ = next(json_bodies(vectors, json_batch, prefix=f"j{b}-"))
+            t = time.perf_counter()
+            orjson.loads(body)
+            t = step(f"JSON {json_batch}: orjson.loads (the previous parse)", t)
+            split = simcore.split_upload(body)
+            assert split is not None
+            _, rest, matrix, _ = split
+            t = step(f"JSON {json_batch}: simcore.split_upload", t)
+            items = validate(Upload, parse_object(rest)).items
+            t = step(f"JSON {json_batch}: the rest parsed and validated", t)
+            assert matrix is not None
+            matrix = check_matrix(matrix, str, 1, 4096)
+            t = step(f"JSON {json_batch}: vector checks", t)
+            ids, texts = [i.id for i in items], [i.content() for i in items]
+            edge.upsert(ids, matrix, texts, [None] * len(ids), mode="vector", embedding_model=None)
+            step(f"JSON {json_batch}: store write (fsync'd)", t)
+
+            vectors = rng.standard_normal((npy_batch, dim), dtype=np.float32)
+            body, content_type = next(npy_bodies(vectors, npy_batch, prefix=f"n{b}-"))
+            environ = EnvironBuilder(
+                method="POST", input_stream=io.BytesIO(body), content_type=content_type
+            ).get_environ()
+            with app.request_context(environ) as context:
+                t = time.perf_counter()
+                parsed = bulk.parse(context.request)
+                t = step(f".npy {npy_batch}: multipart parse", t)
+            edge.upsert(
+                parsed.ids,
+                parsed.vectors,
+                parsed.texts,
+                parsed.metadata,
+                mode="vector",
+                embedding_model=None,
+            )
+            step(f".npy {npy_batch}: store write (fsync'd)", t)
+        store.close()
+    return {name: round(statistics.median(v) * 1e3, 2) for name, v in steps.items()}
 
 
 def main() -> None:
@@ -168,6 +240,9 @@ def main() -> None:
             f"/search over HTTP after restart: median {statistics.median(latencies) * 1000:.1f} ms,"
             f" first {latencies[0] * 1000:.1f} ms"
         )
+    steps = results["steps_ms"] = breakdown(args.dim, args.batch, args.npy_batch)
+    for name, ms in steps.items():
+        print(f"  {name}: {ms:.1f} ms")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 

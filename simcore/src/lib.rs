@@ -13,6 +13,7 @@ pub mod quant;
 pub mod search;
 pub mod topk;
 pub mod upload;
+pub mod upload_fast;
 
 #[cfg(feature = "python")]
 mod python {

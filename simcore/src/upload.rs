@@ -55,8 +55,15 @@ pub struct Split {
 /// Splits an upload body. None when the body is not one this function
 /// handles (not a JSON object, no `items` or `vectors` array of objects, both
 /// of them, malformed JSON): the caller then parses it the ordinary way,
-/// which also gives the ordinary error for it.
+/// which also gives the ordinary error for it. The rest may still be
+/// malformed JSON (the usual shape's scanner copies values unchecked): the
+/// caller's parse of it finds that.
 pub fn split_upload(body: &[u8]) -> Option<Split> {
+    crate::upload_fast::split(body).or_else(|| split_with_serde(body))
+}
+
+/// `split_upload` by serde: every body it takes, every problem named.
+pub fn split_with_serde(body: &[u8]) -> Option<Split> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let mut top = deserializer.deserialize_map(TopVisitor).ok()?;
     deserializer.end().ok()?;
@@ -489,7 +496,7 @@ mod tests {
     use super::*;
 
     fn split(body: &str) -> Split {
-        split_upload(body.as_bytes()).expect("handled")
+        split_with_serde(body.as_bytes()).expect("handled")
     }
 
     fn rest(s: &Split) -> serde_json::Value {
