@@ -25,11 +25,7 @@ pub fn split(body: &[u8]) -> Option<Split> {
     out.rest.push(b'{');
     let mut first = true;
     loop {
-        s.ws();
-        let key = s.key()?;
-        s.ws();
-        s.expect(b':')?;
-        s.ws();
+        let key = s.member_key()?;
         if !first {
             out.rest.push(b',');
         }
@@ -44,15 +40,10 @@ pub fn split(body: &[u8]) -> Option<Split> {
             field = Some(if name == b"items" { "items" } else { "vectors" });
             items(&mut s, &mut out)?;
         } else {
-            let start = s.i;
-            s.skip_value()?;
-            out.rest.extend_from_slice(&body[start..s.i]);
+            s.copy_value(&mut out.rest)?;
         }
-        s.ws();
-        match s.next()? {
-            b',' => continue,
-            b'}' => break,
-            _ => return None,
+        if !s.more_members()? {
+            break;
         }
     }
     out.rest.push(b'}');
@@ -107,11 +98,7 @@ fn item(s: &mut Scan, out: &mut Out) -> Option<()> {
     let mut seen_vector = false;
     let mut first = true;
     loop {
-        s.ws();
-        let key = s.key()?;
-        s.ws();
-        s.expect(b':')?;
-        s.ws();
+        let key = s.member_key()?;
         if key == b"\"vector\"" {
             if seen_vector {
                 return None;
@@ -130,15 +117,10 @@ fn item(s: &mut Scan, out: &mut Out) -> Option<()> {
             first = false;
             out.rest.extend_from_slice(key);
             out.rest.push(b':');
-            let start = s.i;
-            s.skip_value()?;
-            out.rest.extend_from_slice(&s.b[start..s.i]);
+            s.copy_value(&mut out.rest)?;
         }
-        s.ws();
-        match s.next()? {
-            b',' => continue,
-            b'}' => break,
-            _ => return None,
+        if !s.more_members()? {
+            break;
         }
     }
     out.rest.push(b'}');
@@ -280,6 +262,34 @@ impl<'a> Scan<'a> {
         };
         let value = if negative { -value } else { value };
         value.is_finite().then_some(value)
+    }
+
+    /// An object member's key and the colon after it, blanks around them.
+    fn member_key(&mut self) -> Option<&'a [u8]> {
+        self.ws();
+        let key = self.key()?;
+        self.ws();
+        self.expect(b':')?;
+        self.ws();
+        Some(key)
+    }
+
+    /// After a member: true at a comma, false at the object's end.
+    fn more_members(&mut self) -> Option<bool> {
+        self.ws();
+        match self.next()? {
+            b',' => Some(true),
+            b'}' => Some(false),
+            _ => None,
+        }
+    }
+
+    /// One value copied to `out` as written (see `skip_value`).
+    fn copy_value(&mut self, out: &mut Vec<u8>) -> Option<()> {
+        let start = self.i;
+        self.skip_value()?;
+        out.extend_from_slice(&self.b[start..self.i]);
+        Some(())
     }
 
     /// A key with its quotes, as written; None for one with an escape.
