@@ -1,18 +1,19 @@
 """`POST /search` over HTTP against the engine underneath it, same data, same run.
 
     .venv/bin/python benches/http_search.py [--sizes 200000 1000000] [--dim 384]
-        [--queries 200] [--json benches/results/http_search.json]
+        [--queries 200] [--kinds f32 int8 binary] [--json benches/results/http_search.json]
 
 For each size: the moorcheh-edge store is filled in-process (random unit
-vectors, an id and a short text each), a real server (`--no-llm
---no-embedder`) is started on it, and one client sends vector queries (k 10,
-bodies serialised before the clock starts) over a keep-alive `http.client`
-connection ("http") and through `requests` (what that library adds). In the same run, on the same
-files: simcore's `Index.search` in this process (the server's scan threads),
-and NumPy (`X @ q` + argpartition). The breakdown times each step of the
-request path in-process on the same collection: JSON parse, validation,
-query vector checks, the scan, reading the k rows, building and encoding
-the answer; "HTTP" is what the wire, waitress and Flask add on top.
+vectors, an id and a short text each); for each index kind a real server
+(`--no-llm --no-embedder --store-index KIND`) is started on it, and one
+client sends vector queries (k 10, bodies serialised before the clock
+starts) over a keep-alive `http.client` connection ("http") and through
+`requests` (what that library adds). In the same run, on the same files:
+simcore's `Index.search` in this process with the kind's scan (the server's
+scan threads), and NumPy (`X @ q` + argpartition). The breakdown times each
+step of the request path in-process on the same collection: JSON parse,
+validation, query vector checks, the scan, reading the k rows, building and
+encoding the answer; "HTTP" is what the wire, waitress and Flask add on top.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import orjson
 import requests
 
 from flask_app import simcore
+from flask_app.index_kinds import INDEX_KINDS
 from flask_app.inference.llama_runtime import available_cores
 from flask_app.store import Store
 from tests.http_client import free_port, start_server
@@ -71,12 +73,22 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
-def interleaved(data_dir: Path, matrix: np.ndarray, queries: np.ndarray) -> dict[str, list[float]]:
+def scan_mode(kind: str) -> dict[str, Any]:
+    """`Index.search`'s arguments for an index kind (the server's own)."""
+    mode, oversample = INDEX_KINDS[kind]
+    return {"mode": mode, "oversample": oversample}
+
+
+def interleaved(
+    data_dir: Path, matrix: np.ndarray, queries: np.ndarray, kind: str
+) -> dict[str, list[float]]:
     """Per query, in turn: over HTTP, `Index.search` here, NumPy here; the
     three share every drift in the machine's speed."""
     port = free_port()
     server = start_server(
-        ["--no-llm", "--no-embedder", "--data-dir", str(data_dir)], port=port, timeout=300
+        ["--no-llm", "--no-embedder", "--data-dir", str(data_dir), "--store-index", kind],
+        port=port,
+        timeout=300,
     )
     index = simcore.Index.open(data_dir / Store.EDGE_NAMESPACE / Store.EDGE_COLLECTION / "index")
     index.threads = available_cores()
@@ -106,7 +118,7 @@ def interleaved(data_dir: Path, matrix: np.ndarray, queries: np.ndarray) -> dict
         top[np.argsort(-scores[top])]
 
     ways: dict[str, Callable[[int], object]] = {
-        "Index.search": lambda i: index.search(queries[i], K),
+        "Index.search": lambda i: index.search(queries[i], K, **scan_mode(kind)),
         "http": lean,
         "http (requests)": with_requests,
         "numpy": flat,
@@ -127,7 +139,7 @@ def interleaved(data_dir: Path, matrix: np.ndarray, queries: np.ndarray) -> dict
     return samples
 
 
-def breakdown(data_dir: Path, queries: np.ndarray) -> dict[str, float]:
+def breakdown(data_dir: Path, queries: np.ndarray, kind: str) -> dict[str, float]:
     """Median milliseconds per step of the request path, in-process."""
     from flask_app.api.http.json_body import validate
     from flask_app.api.moorcheh import scores
@@ -135,7 +147,7 @@ def breakdown(data_dir: Path, queries: np.ndarray) -> dict[str, float]:
     from flask_app.api.moorcheh.schemas import Search
     from flask_app.store.unit import unit_rows
 
-    store = Store(data_dir, search_threads=available_cores())
+    store = Store(data_dir, search_threads=available_cores(), edge_index=kind)
     edge = store.edge()
     steps: dict[str, list[float]] = {}
 
@@ -158,7 +170,7 @@ def breakdown(data_dir: Path, queries: np.ndarray) -> dict[str, float]:
             t = step("query vector checks", t)
             index = edge._index
             assert index is not None
-            ids, _ = index.search(vector, K)
+            ids, _ = index.search(vector, K, **scan_mode(kind))
             t = step("scan (Index.search)", t)
             with edge._reading():
                 edge._rows(ids)
@@ -180,6 +192,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[200_000, 1_000_000])
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--kinds", nargs="+", choices=list(INDEX_KINDS), default=list(INDEX_KINDS))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
@@ -191,21 +204,23 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             data_dir = Path(tmp) / "data"
             fill(data_dir, matrix)
-            samples = interleaved(data_dir, matrix, queries)
-            steps = breakdown(data_dir, queries)
-        row: dict[str, Any] = {name: percentiles(v) for name, v in samples.items()}
-        row["steps_ms"] = steps
-        row["http_minus_scan_p50_ms"] = round(
-            row["http"]["p50_ms"] - row["Index.search"]["p50_ms"], 3
-        )
-        report["sizes"][str(n)] = row
-        print(f"  {'':24} {'p50 ms':>8} {'p99 ms':>8}")
-        for name in ("Index.search", "http", "http (requests)", "numpy"):
-            print(f"  {name:24} {row[name]['p50_ms']:8.2f} {row[name]['p99_ms']:8.2f}")
-        print(f"  HTTP - scan (p50)        {row['http_minus_scan_p50_ms']:8.2f}")
-        print("  where it goes (in-process medians):")
-        for name, ms in steps.items():
-            print(f"    {name:26} {ms:7.3f} ms")
+            for kind in args.kinds:
+                print(f"  index {kind}", flush=True)
+                samples = interleaved(data_dir, matrix, queries, kind)
+                steps = breakdown(data_dir, queries, kind)
+                row: dict[str, Any] = {name: percentiles(v) for name, v in samples.items()}
+                row["steps_ms"] = steps
+                row["http_minus_scan_p50_ms"] = round(
+                    row["http"]["p50_ms"] - row["Index.search"]["p50_ms"], 3
+                )
+                report["sizes"][f"{n} {kind}"] = row
+                print(f"  {'':24} {'p50 ms':>8} {'p99 ms':>8}")
+                for name in ("Index.search", "http", "http (requests)", "numpy"):
+                    print(f"  {name:24} {row[name]['p50_ms']:8.2f} {row[name]['p99_ms']:8.2f}")
+                print(f"  HTTP - scan (p50)        {row['http_minus_scan_p50_ms']:8.2f}")
+                print("  where it goes (in-process medians):")
+                for name, ms in steps.items():
+                    print(f"    {name:26} {ms:7.3f} ms")
         del matrix
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
