@@ -231,7 +231,7 @@ def upload_json(raw: bytes) -> ResponseReturnValue:
     field, rest, vectors, problem = split
     try:
         body = parse_object(rest)
-    except MalformedJSON:  # (a number JSON cannot hold): the message names its place in the body
+    except MalformedJSON:  # a malformed value copied to the rest: name its place in the body
         parse_object(raw)
         raise
     if field == "vectors":
