@@ -292,21 +292,20 @@ fn take_vectors(field: &str, objects: &mut [Object]) -> Option<Result<Option<Mat
             &mut scratch
         };
         let start = buffer.len();
-        let problem = match numbers(text, buffer) {
-            Numbers::Read => None,
-            Numbers::Malformed => return None,
-            Numbers::Other => {
-                buffer.truncate(start);
-                let row = Row {
-                    values: buffer,
-                    name: &name,
-                    index: i,
-                };
-                serde_json::Deserializer::from_str(text)
-                    .deserialize_seq(row)
-                    .ok()?
-                    .err()
-            }
+        let problem = if crate::upload_fast::vector_numbers(text.as_bytes(), buffer) {
+            None
+        } else {
+            // not all float32 numbers: serde reads the row again and names why
+            buffer.truncate(start);
+            let row = Row {
+                values: buffer,
+                name: &name,
+                index: i,
+            };
+            serde_json::Deserializer::from_str(text)
+                .deserialize_seq(row)
+                .ok()?
+                .err()
         };
         if first_problem.is_some() {
             scratch.clear();
@@ -337,61 +336,6 @@ fn take_vectors(field: &str, objects: &mut [Object]) -> Option<Result<Option<Mat
             values,
         })),
     })
-}
-
-/// How the fast reading of a row went.
-enum Numbers {
-    /// Every element was a float32 number, appended.
-    Read,
-    /// A number JSON cannot hold (past f64): the body is malformed.
-    Malformed,
-    /// Something else (a non-number, a value past float32): read it with
-    /// `Row`, which names the problem.
-    Other,
-}
-
-/// The common case at memory speed: `text` (a JSON array whose syntax the
-/// body's parse already checked) holding only numbers, each parsed as an f64
-/// (correctly rounded, as Python's float does) and narrowed to f32.
-fn numbers(text: &str, out: &mut Vec<f32>) -> Numbers {
-    let b = text.as_bytes();
-    let skip_ws = |mut i: usize| {
-        while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
-            i += 1;
-        }
-        i
-    };
-    let mut i = skip_ws(1);
-    if b.get(i) == Some(&b']') {
-        return Numbers::Read;
-    }
-    loop {
-        let start = i;
-        while i < b.len() && matches!(b[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
-            i += 1;
-        }
-        let token = &b[start..i];
-        let Ok(mut value) = fast_float2::parse::<f64, _>(token) else {
-            return Numbers::Other;
-        };
-        if value == 0.0 && !token.iter().any(|c| matches!(c, b'.' | b'e' | b'E')) {
-            value = 0.0; // "-0" is the integer 0 to a JSON parser, not the float -0.0
-        }
-        if !value.is_finite() {
-            return Numbers::Malformed;
-        }
-        let narrowed = value as f32;
-        if !narrowed.is_finite() {
-            return Numbers::Other;
-        }
-        out.push(narrowed);
-        i = skip_ws(i);
-        match b.get(i) {
-            Some(b',') => i = skip_ws(i + 1),
-            Some(b']') => return Numbers::Read,
-            _ => return Numbers::Other,
-        }
-    }
 }
 
 /// One vector's numbers, appended to the matrix; the first element that is

@@ -149,6 +149,19 @@ fn numbers(s: &mut Scan, values: &mut Vec<f32>) -> Option<usize> {
     }
 }
 
+/// Every number of one vector's raw JSON text (`[n, ...]`, at least one,
+/// each within float32) appended to `values`, read as `split` reads them;
+/// false when the text is anything else (`values` may then hold part of it).
+pub(crate) fn vector_numbers(text: &[u8], values: &mut Vec<f32>) -> bool {
+    let mut s = Scan { b: text, i: 0 };
+    s.ws();
+    if numbers(&mut s, values).is_none() {
+        return false;
+    }
+    s.ws();
+    s.i == text.len()
+}
+
 /// Powers of ten an f64 holds exactly.
 const EXACT_POWERS: [f64; 23] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
