@@ -9,7 +9,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PY="${PYTHON:-python3}"
 CACHE="${EDGERAG_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/edgerag}"
-LLAMA_VERSION="0.3.16"
+LLAMA_VERSION="0.3.36"
 ARCH="$(uname -m)"
 # Compiler flags per architecture (AMX off on x86-64, nothing elsewhere:
 # scripts/llama_flags.sh); the multimodal part is not needed.

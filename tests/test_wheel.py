@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from flask_app.cli.doctor import LLAMA_VERSION
 from flask_app.settings import Settings
 from tests.http_client import free_port
 
@@ -32,7 +33,9 @@ def test_the_wheel_installs_and_serves(real_settings: Settings, tmp_path: Path) 
     maturin = Path(sys.executable).parent / "maturin"
     _run([str(maturin), "build", "--release", "-q", "-o", str(tmp_path / "dist")], ROOT)
     (wheel,) = (tmp_path / "dist").glob("edgerag-*.whl")
-    llama = sorted((real_settings.cache_dir / "wheels" / "llama-cpp-python-noamx").glob("*.whl"))
+    wheels = real_settings.cache_dir / "wheels" / "llama-cpp-python-noamx"
+    # the pinned version's: an upgrade leaves the previous wheel beside it
+    llama = sorted(wheels.glob(f"llama_cpp_python-{LLAMA_VERSION}-*.whl"))
     assert llama, "the AMX-safe llama-cpp-python wheel is built by scripts/setup.sh"
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from flask_app.settings import Settings
 
-LLAMA_VERSION = "0.3.16"
+LLAMA_VERSION = "0.3.36"
 AMX_SAFE_INSTALL = (
     "CMAKE_ARGS=\"-DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' "
     "-DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'\" "

@@ -100,8 +100,8 @@ class LlamaEmbedder:
 
     A BERT-architecture GGUF (the default all-MiniLM) is computed by
     `BertEncoder`, many texts per matrix product; any other architecture, or
-    `batched=False`, is decoded by llama.cpp one text per call (llama-cpp-python
-    0.3.16 creates single-sequence contexts). Calls are serialised by a lock.
+    `batched=False`, is decoded by llama.cpp one text per call. Calls are
+    serialised by a lock.
     """
 
     def __init__(
