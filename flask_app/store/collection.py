@@ -584,7 +584,7 @@ class Collection:
             if scan is None:
                 return []
             index, q, allow = scan
-            top = ranking.best(ranking.candidates(index, q, k, self.index_kind, allow), k)
+            top = ranking.top(index, q, k, self.index_kind, allow)
             rows = self._rows([i for i, _, _ in top])
         return [Hit(i, exact, rows[i].text, rows[i].metadata) for i, _, exact in top if i in rows]
 

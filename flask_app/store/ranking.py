@@ -13,6 +13,9 @@ every candidate scoring at least the cut is seen before it is made.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import numpy.typing as npt
 
 from flask_app import simcore
@@ -41,6 +44,23 @@ def candidates(
         if len(found) < ask * step or found[-1][1] < found[wanted - 1][1]:
             return cut(found, wanted)
         ask *= 2
+
+
+def top(
+    index: simcore.Index, query: npt.ArrayLike, k: int, kind: str, allow: list[str] | None
+) -> list[Candidate]:
+    """`best(candidates(...), k)`. A binary index's k × 40 candidates are
+    narrowed in NumPy to those scoring at least the k-th best exact score
+    (every one of the best k does) before any is made a Python tuple."""
+    mode, oversample = INDEX_KINDS[kind]
+    if mode != "binary":
+        return best(candidates(index, query, k, kind, allow), k)
+    ids, approx, exact = index.rescorable(query, k, mode=mode, oversample=oversample, allow=allow)
+    keep: Sequence[int] = range(len(ids))
+    if len(ids) > k:
+        kth = np.partition(exact, len(ids) - k)[len(ids) - k]
+        keep = np.flatnonzero(exact >= kth).tolist()
+    return best([(ids[i], float(approx[i]), float(exact[i])) for i in keep], k)
 
 
 def _fetched(
