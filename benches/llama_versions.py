@@ -77,7 +77,8 @@ def child(llm_name: str, texts: list[str]) -> None:
 
 
 def passages() -> list[str]:
-    """~400 tokens of the own set's documents, as a RAG prompt's passages."""
+    """The own set's first documents up to ~300 words (the measured prompt,
+    528 tokens with the template), then two more for the warm-up prompt."""
     documents = json.loads((ROOT / "benches/eval/own/documents.json").read_text())["documents"]
     texts = [d["text"] for d in documents]
     chosen, words = [], 0
