@@ -6,9 +6,13 @@ measured in turn by one keep-alive `http.client` client:
   and returns ten results (the floor of this stack on this machine);
 - `hooks`: edgerag's app and server (its waitress channel and parser, auth,
   admission, metrics, request ids, the request log) with the same stub route;
-- `edgerag`: the real `/search`.
+- `edgerag`: the real `/search`;
+- `bare-granian`, `edgerag-granian` (asked for with `--servers`): the first
+  and the last on granian's WSGI interface instead of waitress (granian is
+  not one of edgerag's dependencies: `pip install granian==2.8.7` first).
 
     .venv/bin/python benches/request_path.py [--rounds 5] [--requests 300]
+        [--servers bare hooks edgerag bare-granian edgerag-granian]
         [--json benches/results/request_path.json]
 
 Then the real route once more, in-process (a WSGI call without a socket),
@@ -26,6 +30,7 @@ import logging
 import os
 import pstats
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -41,6 +46,7 @@ import requests
 from tests.http_client import free_port
 
 ROWS, DIM = 1000, 384
+KINDS = ("bare", "hooks", "edgerag", "bare-granian", "edgerag-granian")
 RESULTS = [{"id": f"doc-{i}", "score": 0.5, "text": f"passage {i}"} for i in range(10)]
 
 
@@ -74,19 +80,48 @@ def stub() -> Any:
     return Response(orjson.dumps({"results": RESULTS}), mimetype="application/json")
 
 
+def bare_app() -> Any:
+    from flask import Flask
+
+    app = Flask("bare")
+    app.post("/search")(stub)
+    return app
+
+
+def granian_target() -> Any:
+    """The WSGI app a granian worker serves (its kind and data in the environment)."""
+    logging.basicConfig(level="INFO", stream=open(os.devnull, "w"))  # noqa: SIM115
+    if os.environ["REQUEST_PATH_KIND"] == "bare-granian":
+        return bare_app()
+    return edgerag_app(Path(os.environ["REQUEST_PATH_DATA"]))
+
+
 def serve(kind: str, port: int, data_dir: Path) -> None:
     """One server (runs in its own process; see main)."""
-    from flask import Flask
     from waitress.server import create_server
 
     from flask_app.api.http.waitress_server import make_server
 
+    if kind.endswith("-granian"):
+        from granian import Granian
+        from granian.constants import Interfaces
+
+        os.environ.update(REQUEST_PATH_KIND=kind, REQUEST_PATH_DATA=str(data_dir))
+        Granian(
+            "benches.request_path:granian_target",
+            address="127.0.0.1",
+            port=port,
+            interface=Interfaces.WSGI,
+            workers=1,
+            blocking_threads=16,
+            factory=True,
+            log_enabled=False,
+        ).serve()
+        return
     # the request log as `edgerag serve` writes it, to nowhere
     logging.basicConfig(level="INFO", stream=open(os.devnull, "w"))  # noqa: SIM115
     if kind == "bare":
-        app = Flask("bare")
-        app.post("/search")(stub)
-        create_server(app, host="127.0.0.1", port=port, threads=16).run()
+        create_server(bare_app(), host="127.0.0.1", port=port, threads=16).run()
         return
     app = edgerag_app(data_dir)
     if kind == "hooks":
@@ -164,6 +199,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--servers", nargs="+", choices=KINDS, default=list(KINDS[:3]))
     parser.add_argument(
         "--serve", nargs=3, metavar=("KIND", "PORT", "DATA"), help=argparse.SUPPRESS
     )
@@ -171,8 +207,13 @@ def main() -> None:
     if args.serve:
         serve(args.serve[0], int(args.serve[1]), Path(args.serve[2]))
         return
+    kinds = tuple(args.servers)
+    if any(k.endswith("-granian") for k in kinds):
+        try:
+            import granian  # noqa: F401
+        except ImportError:
+            parser.error("the granian servers need granian: pip install granian==2.8.7")
     rng = np.random.default_rng(0)
-    kinds = ("bare", "hooks", "edgerag")
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "data"
         matrix = fill(source, rng)
@@ -183,7 +224,8 @@ def main() -> None:
             shutil.copytree(source, data_dir)  # one server per data directory
             port = free_port()
             command = [sys.executable, __file__, "--serve", kind, str(port), str(data_dir)]
-            servers[kind] = (port, subprocess.Popen(command))
+            # a session of its own: granian's workers go with their server
+            servers[kind] = (port, subprocess.Popen(command, start_new_session=True))
         try:
             for port, _ in servers.values():
                 deadline = time.monotonic() + 60
@@ -204,7 +246,7 @@ def main() -> None:
                     medians[kind].append(statistics.median(got) * 1e3)
         finally:
             for _, process in servers.values():
-                process.kill()
+                os.killpg(process.pid, signal.SIGKILL)
                 process.wait(10)
         report: dict[str, Any] = {"rows": ROWS, "dim": DIM, "servers": {}}
         for kind in kinds:
