@@ -10,6 +10,13 @@
 Steps 1-3 run with the gates off so that every question reaches the model.
 
     .venv/bin/python benches/answer_latency.py [--llm NAME] [--repeats 5] [--json out.json]
+
+With `--clients`, instead: N clients at once, as served, each streaming
+one answer to its own question, all released together; answers per minute
+and time to first token p50 / p95 (counted from the release), on the README
+tour's two notes and on the `own` set's documents.
+
+    .venv/bin/python benches/answer_latency.py --clients 1 2 4 8 [--rounds 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -20,13 +27,16 @@ import json
 import os
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import requests
 import sseclient
 
+from benches.batched_decode import EVAL_QUESTIONS, TOUR, TOUR_QUESTIONS
 from flask_app import rag
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
@@ -64,12 +74,80 @@ def stream_times(base: str, payload: dict[str, Any]) -> tuple[float, float]:
     return (first or end) - start, end - start
 
 
+def at_once(base: str, questions: list[str]) -> tuple[float, list[float]]:
+    """`questions` streamed by as many clients released together: the wall
+    time until the last answer ended, and each one's time to first token."""
+    barrier = threading.Barrier(len(questions) + 1)
+    ttfts = [0.0] * len(questions)
+    failures: list[BaseException] = []
+
+    def client(i: int) -> None:
+        barrier.wait()
+        try:
+            ttfts[i] = stream_times(base, {"query": questions[i], "top_k": 5})[0]
+        except BaseException as exc:  # reported after the join
+            failures.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(questions))]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for t in threads:
+        t.join(300)
+    if failures:
+        raise failures[0]
+    return time.perf_counter() - started, ttfts
+
+
+def several_clients(args: argparse.Namespace) -> dict[str, Any]:
+    """Answers per minute and time to first token with N clients at once."""
+    own = json.loads((HERE / "own" / "documents.json").read_text())["documents"]
+    kinds = {"tour": (TOUR, TOUR_QUESTIONS), "evaluation": (own, EVAL_QUESTIONS)}
+    out: dict[str, Any] = {"llm": args.llm, "kinds": {}}
+    for kind, (docs, questions) in kinds.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            settings = Settings.load({"data_dir": Path(tmp), "llm": args.llm}, os.environ)
+            services = load_services(settings)
+            app = create_app(settings, services)
+            r = app.test_client().post("/upload", json={"store_mode": "text", "items": docs})
+            assert r.status_code == 200, r.get_json()
+            rows = []
+            with serve_in_thread(app, threads=settings.http_threads) as base:
+                at_once(base, questions[:1])  # warm: the system prompt in the KV cache
+                for n in args.clients:
+                    walls, ttfts = [], []
+                    for r_ in range(args.rounds):
+                        group = [questions[(r_ * n + i) % len(questions)] for i in range(n)]
+                        wall, firsts = at_once(base, group)
+                        walls.append(wall)
+                        ttfts += firsts
+                    row = {
+                        "clients": n,
+                        "answers_per_min": round(60 * n / statistics.median(walls), 1),
+                        "ttft_p50_s": round(statistics.median(ttfts), 3),
+                        "ttft_p95_s": round(float(np.percentile(ttfts, 95)), 3),
+                    }
+                    rows.append(row)
+                    print(kind, row, flush=True)
+            services.store.close()
+        out["kinds"][kind] = rows
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--llm", choices=list(PRESETS), default=DEFAULT_LLM)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--clients", nargs="+", type=int, help="clients at once (see above)")
+    parser.add_argument("--rounds", type=int, default=3, help="with --clients: groups per N")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.clients:
+        report = several_clients(args)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2) + "\n")
+        return
     docs = json.loads((HERE / "own" / "documents.json").read_text())["documents"]
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
