@@ -36,7 +36,7 @@ import numpy as np
 import requests
 import sseclient
 
-from benches.batched_decode import EVAL_QUESTIONS, TOUR, TOUR_QUESTIONS
+from benches.tour import TOUR, TOUR_QUESTIONS
 from flask_app import rag
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
@@ -57,6 +57,7 @@ QUESTIONS = [
     "How many days of paid holiday do full-time employees get?",
     "How many hearts does an octopus have?",
     "What milk does the Tamsin cafe use by default?",
+    "How much did the Harlow Bridge repairs cost?",
 ]
 
 
@@ -103,7 +104,7 @@ def at_once(base: str, questions: list[str]) -> tuple[float, list[float]]:
 def several_clients(args: argparse.Namespace) -> dict[str, Any]:
     """Answers per minute and time to first token with N clients at once."""
     own = json.loads((HERE / "own" / "documents.json").read_text())["documents"]
-    kinds = {"tour": (TOUR, TOUR_QUESTIONS), "evaluation": (own, EVAL_QUESTIONS)}
+    kinds = {"tour": (TOUR, TOUR_QUESTIONS), "evaluation": (own, QUESTIONS)}
     out: dict[str, Any] = {"llm": args.llm, "kinds": {}}
     for kind, (docs, questions) in kinds.items():
         with tempfile.TemporaryDirectory() as tmp:

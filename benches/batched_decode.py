@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from benches.answer_latency import QUESTIONS as EVAL_QUESTIONS
+from benches.tour import TOUR, TOUR_QUESTIONS
 from flask_app import rag
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
@@ -45,34 +47,6 @@ from flask_app.settings import Settings
 HERE = Path(__file__).parent / "eval"
 CHUNK = 64  # prompt tokens that ride along with a decoding step
 N_BATCH = 512
-TOUR = [
-    {
-        "id": "hours",
-        "text": "The Calder City Museum is open Tuesday to Sunday from 10:00 to 18:00 and "
-        "closed on Mondays.",
-    },
-    {"id": "wifi", "text": "The office guest Wi-Fi network is called Calder-Guest."},
-]
-TOUR_QUESTIONS = [
-    "What is the guest Wi-Fi network called?",
-    "On which day is the museum closed?",
-    "What are the museum's opening hours?",
-    "What's the name of the visitor wireless network?",
-    "When does the museum open on Sundays?",
-    "Is the museum open on Tuesdays?",
-    "What is the Wi-Fi password?",
-    "How much is a ticket to the museum?",
-]
-EVAL_QUESTIONS = [
-    "When did the Harlow Bridge open to traffic?",
-    "How high is Mount Ketra?",
-    "How many turbines does the Skerry wind farm have?",
-    "What does error code E42 mean on the Printo 500?",
-    "How many days of paid holiday do full-time employees get?",
-    "How many hearts does an octopus have?",
-    "What milk does the Tamsin cafe use by default?",
-    "How much did the Harlow Bridge repairs cost?",
-]
 
 
 def prompts(llm: str, docs: list[dict[str, Any]], questions: list[str]) -> list[str]:

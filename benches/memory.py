@@ -25,16 +25,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benches.tour import TOUR
+
 MB = 1 << 20
 
-TOUR = [
-    {
-        "id": "hours",
-        "text": "The Calder City Museum is open Tuesday to Sunday from 10:00 to 18:00 and "
-        "closed on Mondays.",
-    },
-    {"id": "wifi", "text": "The office guest Wi-Fi network is called Calder-Guest."},
-]
 QUESTIONS = [
     "What is the guest Wi-Fi network called?",
     "What's the name of the visitor wireless network?",
