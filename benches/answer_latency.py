@@ -11,10 +11,11 @@ Steps 1-3 run with the gates off so that every question reaches the model.
 
     .venv/bin/python benches/answer_latency.py [--llm NAME] [--repeats 5] [--json out.json]
 
-With `--clients`, instead: N clients at once, as served, each streaming
-one answer to its own question, all released together; answers per minute
-and time to first token p50 / p95 (counted from the release), on the README
-tour's two notes and on the `own` set's documents.
+With `--clients`, instead: N clients at once, as served, released
+together, streaming the same 8 questions between them (each client its
+share, one after another), per round; answers per minute and time to first
+token p50 / p95 (from each request), on the README tour's two notes and on
+the `own` set's documents.
 
     .venv/bin/python benches/answer_latency.py --clients 1 2 4 8 [--rounds 3] [--json out.json]
 """
@@ -75,34 +76,37 @@ def stream_times(base: str, payload: dict[str, Any]) -> tuple[float, float]:
     return (first or end) - start, end - start
 
 
-def at_once(base: str, questions: list[str]) -> tuple[float, list[float]]:
-    """`questions` streamed by as many clients released together: the wall
-    time until the last answer ended, and each one's time to first token."""
-    barrier = threading.Barrier(len(questions) + 1)
-    ttfts = [0.0] * len(questions)
+def closed_loop(base: str, questions: list[str], clients: int) -> tuple[float, list[float]]:
+    """Every question streamed once by `clients` clients released together,
+    each asking its share one after another: the wall time until the last
+    answer ended, and each answer's time to first token from its request."""
+    barrier = threading.Barrier(clients + 1)
+    ttfts: list[float] = []
     failures: list[BaseException] = []
 
     def client(i: int) -> None:
         barrier.wait()
         try:
-            ttfts[i] = stream_times(base, {"query": questions[i], "top_k": 5})[0]
+            for query in questions[i::clients]:
+                ttfts.append(stream_times(base, {"query": query, "top_k": 5})[0])
         except BaseException as exc:  # reported after the join
             failures.append(exc)
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(questions))]
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     for t in threads:
         t.start()
     barrier.wait()
     started = time.perf_counter()
     for t in threads:
-        t.join(300)
+        t.join(600)
     if failures:
         raise failures[0]
     return time.perf_counter() - started, ttfts
 
 
 def several_clients(args: argparse.Namespace) -> dict[str, Any]:
-    """Answers per minute and time to first token with N clients at once."""
+    """Answers per minute and time to first token with N clients at once,
+    the same questions for every N."""
     own = json.loads((HERE / "own" / "documents.json").read_text())["documents"]
     kinds = {"tour": (TOUR, TOUR_QUESTIONS), "evaluation": (own, QUESTIONS)}
     out: dict[str, Any] = {"llm": args.llm, "kinds": {}}
@@ -115,17 +119,16 @@ def several_clients(args: argparse.Namespace) -> dict[str, Any]:
             assert r.status_code == 200, r.get_json()
             rows = []
             with serve_in_thread(app, threads=settings.http_threads) as base:
-                at_once(base, questions[:1])  # warm: the system prompt in the KV cache
+                closed_loop(base, questions[-1:], 1)  # warm: the system prompt cached
                 for n in args.clients:
                     walls, ttfts = [], []
-                    for r_ in range(args.rounds):
-                        group = [questions[(r_ * n + i) % len(questions)] for i in range(n)]
-                        wall, firsts = at_once(base, group)
+                    for _ in range(args.rounds):
+                        wall, firsts = closed_loop(base, questions, n)
                         walls.append(wall)
                         ttfts += firsts
                     row = {
                         "clients": n,
-                        "answers_per_min": round(60 * n / statistics.median(walls), 1),
+                        "answers_per_min": round(60 * len(questions) / statistics.median(walls), 1),
                         "ttft_p50_s": round(statistics.median(ttfts), 3),
                         "ttft_p95_s": round(float(np.percentile(ttfts, 95)), 3),
                     }
@@ -141,7 +144,7 @@ def main() -> None:
     parser.add_argument("--llm", choices=list(PRESETS), default=DEFAULT_LLM)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--clients", nargs="+", type=int, help="clients at once (see above)")
-    parser.add_argument("--rounds", type=int, default=3, help="with --clients: groups per N")
+    parser.add_argument("--rounds", type=int, default=3, help="with --clients: rounds per N")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.clients:
