@@ -331,11 +331,49 @@ def test_a_model_about_to_refuse_is_declined_when_the_probe_passes(
     assert body.get_json()["answer"].startswith("The documents do not answer this directly")
 
 
+def differences(made: Any, shipped: Any, where: str = "") -> list[str]:
+    """Where two JSON documents differ: numbers by more than 1e-9 of their
+    size (BLAS kernels differ between CPUs in the last bits of a fit),
+    everything else at all."""
+    if isinstance(made, dict) and isinstance(shipped, dict):
+        if made.keys() != shipped.keys():
+            return [f"{where}: keys {sorted(made)} != {sorted(shipped)}"]
+        return [d for k in made for d in differences(made[k], shipped[k], f"{where}/{k}")]
+    if isinstance(made, list) and isinstance(shipped, list):
+        if len(made) != len(shipped):
+            return [f"{where}: {len(made)} items != {len(shipped)}"]
+        return [
+            d
+            for i, pair in enumerate(zip(made, shipped, strict=True))
+            for d in differences(*pair, f"{where}/{i}")
+        ]
+    if isinstance(made, float) and isinstance(shipped, float):
+        close = math.isclose(made, shipped, rel_tol=1e-9, abs_tol=1e-12)
+        return [] if close else [f"{where}: {made!r} != {shipped!r}"]
+    return (
+        []
+        if made == shipped and type(made) is type(shipped)
+        else [f"{where}: {made!r} != {shipped!r}"]
+    )
+
+
+def test_differences_finds_a_weight_moved_by_a_millionth() -> None:
+    doc = {"hidden": {"weights": [0.25, -0.0125], "bias": 1.5}, "layer": 13, "gguf": "x"}
+    assert differences(doc, json.loads(json.dumps(doc))) == []
+    moved = {**doc, "hidden": {"weights": [0.25, -0.0125 * (1 + 1e-6)], "bias": 1.5}}
+    assert differences(moved, doc) == [f"/hidden/weights/1: {-0.0125 * (1 + 1e-6)!r} != -0.0125"]
+    assert differences({**doc, "layer": 12}, doc) == ["/layer: 12 != 13"]
+    assert differences({**doc, "layer": 13.0}, doc) != []
+
+
 @pytest.mark.parametrize("preset", ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
-def test_the_shipped_probe_rebuilds_bit_for_bit_from_the_committed_rows(preset: str) -> None:
+def test_the_shipped_probe_rebuilds_from_the_committed_rows(preset: str) -> None:
     """`benches/answer_probe.py fit` over benches/results/answer_probe makes
-    the file the package ships, byte for byte."""
+    the file the package ships: byte for byte on the machine that made it,
+    every number within 1e-9 of its size on another CPU (numpy's OpenBLAS
+    picks its kernels by CPU, and they round differently in the last bits)."""
     from benches.answer_probe import probe_document
     from flask_app.rag.answerability import probe_path
 
-    assert probe_document(preset) == probe_path(preset).read_text()
+    made, shipped = probe_document(preset), probe_path(preset).read_text()
+    assert differences(json.loads(made), json.loads(shipped)) == []
