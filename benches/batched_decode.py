@@ -37,6 +37,7 @@ from benches.tour import TOUR, TOUR_QUESTIONS
 from flask_app import rag
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
+from flask_app.inference.llama_runtime import renew_context
 from flask_app.inference.llm import Sampling
 from flask_app.inference.presets import DEFAULT_LLM, PRESETS
 from flask_app.rag.answer import ground
@@ -78,7 +79,6 @@ class Engine:
 
     def __init__(self, path: Path, n_seq: int, n_ctx_per_seq: int, threads: int) -> None:
         import llama_cpp
-        from llama_cpp import _internals
 
         self.lib = llama_cpp
         self.llama: Any = llama_cpp.Llama(
@@ -95,12 +95,8 @@ class Engine:
         params.n_ctx = n_ctx_per_seq * n_seq
         params.n_seq_max = n_seq
         params.kv_unified = n_seq > 1  # a prompt start copied between sequences needs it
-        fresh: Any = _internals.LlamaContext(model=self.llama._model, params=params, verbose=False)
-        old: Any = self.llama._ctx
-        self.llama._ctx = fresh
-        old.close()
-        self.llama._stack.callback(fresh.close)
-        self.ctx = fresh.ctx
+        renew_context(self.llama)
+        self.ctx = self.llama._ctx.ctx
         self.n_vocab = self.llama.n_vocab()
         self.eos = {self.llama.token_eos(), *self._end_tokens()}
         self.batch = llama_cpp.llama_batch_init(N_BATCH + n_seq, 0, 1)

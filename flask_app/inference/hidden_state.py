@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from flask_app.inference.llama_runtime import renew_context
+
 FINAL = -1  # the layer number of the final normalised state
 
 _lib: Any = None
@@ -122,13 +124,7 @@ def install(llama: Any, tap: HiddenStateTap) -> None:
     """Give `llama` (a `llama_cpp.Llama`) a fresh context whose scheduler calls
     `tap` for every node; the context it had is freed. The KV cache is empty
     afterwards, as after loading."""
-    from llama_cpp import _internals
-
     params = llama.context_params
     params.cb_eval = tap.callback
     params.cb_eval_user_data = None
-    fresh = _internals.LlamaContext(model=llama._model, params=params, verbose=llama.verbose)
-    old, llama._ctx = llama._ctx, fresh
-    old.close()
-    llama._stack.callback(fresh.close)
-    llama.n_tokens = 0
+    renew_context(llama)

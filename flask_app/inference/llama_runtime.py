@@ -67,3 +67,19 @@ def model_id_from_metadata(metadata: dict[str, str], path: Path) -> str:
     if file_type is not None and file_type.isdigit() and int(file_type) in FILE_TYPES:
         return f"{slug}:{FILE_TYPES[int(file_type)]}"
     return slug
+
+
+def renew_context(llama: Any) -> None:
+    """Give `llama` (a `llama_cpp.Llama`) a fresh context made from its
+    `context_params` as they are now (a callback, more sequences); the
+    context it had is freed. The KV cache is empty afterwards, as after
+    loading."""
+    from llama_cpp import _internals
+
+    fresh = _internals.LlamaContext(
+        model=llama._model, params=llama.context_params, verbose=llama.verbose
+    )
+    old, llama._ctx = llama._ctx, fresh
+    old.close()
+    llama._stack.callback(fresh.close)
+    llama.n_tokens = 0
