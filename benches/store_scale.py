@@ -5,7 +5,9 @@ store (vector mode, --max-items off), then restart and time until /health
 answers, then time /search. Then what one batch of each format costs per
 step, in-process (medians): the old JSON parse (orjson into Python floats)
 beside simcore's split of the same body, validation, the vector checks, the
-multipart parse and the store's write.
+multipart parse and the store's write. And the disk's own limit: the MB/s it
+takes durably (written and fdatasync'd) over the bytes simcore stores per
+vector.
 
     .venv/bin/python benches/store_scale.py [--n 1000000] [--dim 384] [--clients 2]
         [--formats json npy] [--json results.json]
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -175,6 +178,27 @@ def breakdown(dim: int, json_batch: int, npy_batch: int, repeats: int = 7) -> di
     return {name: round(statistics.median(v) * 1e3, 2) for name, v in steps.items()}
 
 
+def durable_write_bandwidth(directory: Path, megabytes: int = 32, repeats: int = 5) -> float:
+    """MB/s this disk takes durably: `megabytes` written then fdatasync'd,
+    median of `repeats` (into one file, each write after the last)."""
+    block = np.random.default_rng(2).integers(0, 256, megabytes << 20, dtype=np.uint8).tobytes()
+    rates = []
+    with tempfile.NamedTemporaryFile(dir=directory) as f:
+        fd = f.fileno()
+        for n in range(repeats):
+            t = time.perf_counter()
+            os.pwrite(fd, block, n * len(block))
+            os.fdatasync(fd)
+            rates.append(megabytes / (time.perf_counter() - t))
+    return statistics.median(rates)
+
+
+def stored_bytes_per_vector(dim: int, id_bytes: int) -> int:
+    """What simcore writes (and fsyncs) per row: the f32 row (padded to 16
+    lanes) and the int8 row (to 64), scale and code sum, the id with its length."""
+    return -(-dim // 16) * 16 * 4 + -(-dim // 64) * 64 + 8 + 4 + id_bytes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=1_000_000)
@@ -239,6 +263,15 @@ def main() -> None:
         print(
             f"/search over HTTP after restart: median {statistics.median(latencies) * 1000:.1f} ms,"
             f" first {latencies[0] * 1000:.1f} ms"
+        )
+        bandwidth = durable_write_bandwidth(Path(tmp))
+        per_vector = stored_bytes_per_vector(args.dim, len(f"doc-{args.n - 1}"))
+        ceiling = bandwidth * (1 << 20) / per_vector
+        results["disk_mb_per_s"] = round(bandwidth)
+        results["disk_ceiling_vectors_per_s"] = round(ceiling)
+        print(
+            f"this disk takes {bandwidth:.0f} MB/s durably (32 MB written and fdatasync'd, median"
+            f" of 5): at {per_vector:,} bytes a vector, at most {ceiling:,.0f} vectors/s"
         )
     steps = results["steps_ms"] = breakdown(args.dim, args.batch, args.npy_batch)
     for name, ms in steps.items():

@@ -68,6 +68,7 @@ SCHEMA: dict[str, type[BaseModel]] = {
 EXAMPLES: list[tuple[ServiceError, tuple[int, int, int, int]]] = [
     (store.StoreError("bad collection name"), (400, 400, 400, 400)),
     (store.VectorRejected("vector 0 has no direction"), (400, 400, 400, 400)),
+    (store.DuplicateIds("doc-1"), (400, 400, 400, 400)),
     (store.ClearedError(), (409, 409, 400, 409)),
     (store.ConflictError("dimension 3 does not match 384"), (409, 409, 400, 409)),
     (store.CapacityError(9994, 10000, 7), (409, 409, 400, 409)),

@@ -7,6 +7,7 @@ from flask_app.store.errors import (
     CollectionUnavailable,
     ConflictError,
     DataDirLocked,
+    DuplicateIds,
     StoreError,
     VectorRejected,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "CollectionUnavailable",
     "ConflictError",
     "DataDirLocked",
+    "DuplicateIds",
     "Hit",
     "Item",
     "MetadataValue",

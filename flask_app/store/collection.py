@@ -10,9 +10,11 @@ Write protocol (every acknowledged write survives `kill -9`, nothing
 half-written is ever visible, vectors are written once):
 1. an upsert first commits an intent (`pending`): the ids the index is about
    to change, and the vectors the replaced ones have now (none for new ids);
-2. the simcore index appends the batch (its own fsync'd commit);
+2. the simcore index appends the batch (its own fsync'd commit) on another
+   thread, while
 3. one SQLite transaction writes the rows and drops the intent; it commits
-   with fsync, and the write is acknowledged.
+   with fsync only once the append has committed, and the write is
+   acknowledged.
 An intent found on open (or after a failed step) means step 3 never committed:
 the index is put back (the batch's ids removed, the replaced vectors
 restored; the first batch's index is removed whole), so the write is as if
@@ -34,12 +36,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +60,7 @@ from flask_app.store.errors import (
     ClearedError,
     CollectionUnavailable,
     ConflictError,
+    DuplicateIds,
     VectorRejected,
 )
 from flask_app.store.rwlock import RWLock
@@ -156,6 +161,17 @@ def _meta_key(value: MetadataValue) -> tuple[str, Any]:
     return "number", float(value)
 
 
+def _first_repeated(ids: Sequence[str]) -> str | None:
+    if len(set(ids)) == len(ids):
+        return None
+    seen: set[str] = set()
+    for item_id in ids:
+        if item_id in seen:
+            return item_id
+        seen.add(item_id)
+    return None
+
+
 def _meta_rows(
     ids: Sequence[str], metadata: Sequence[Mapping[str, Any] | None]
 ) -> list[tuple[Any, ...]]:
@@ -208,6 +224,29 @@ def stored_index_kind(path: Path) -> str:
         db.close()
     return str(json.loads(row[0])) if row else DEFAULT_INDEX
 
+
+# An upsert's index append runs on one of these threads while the batch's
+# rows are written to SQLite, so that one waits for the disk while the other
+# works. Two, so that writers to two collections do not queue behind one
+# another. Made on first use in each process: a forked child has none.
+_appends: ThreadPoolExecutor | None = None
+_appends_lock = threading.Lock()
+
+
+def _append_threads() -> ThreadPoolExecutor:
+    global _appends
+    with _appends_lock:
+        if _appends is None:
+            _appends = ThreadPoolExecutor(max_workers=2, thread_name_prefix="index-append")
+        return _appends
+
+
+def _forget_append_threads() -> None:
+    global _appends, _appends_lock
+    _appends, _appends_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_append_threads)
 
 # Compaction runs once dead rows (replaced or deleted) reach the live rows and
 # this many: its cost (one rewrite of the live rows) is then amortised over at
@@ -458,6 +497,9 @@ class Collection:
         if len(ids) == 0:
             return self._count
         dim = int(vectors.shape[1])
+        repeated = _first_repeated(ids)  # refused before the intent, like a bad vector
+        if repeated is not None:
+            raise DuplicateIds(repeated)
         vectors, bad = unit_rows(vectors)
         if bad is not None:
             raise VectorRejected(
@@ -489,10 +531,13 @@ class Collection:
                     ),
                 )
             first = index is None
+            appending: Future[Any] | None = None
             try:
                 if index is None:
                     index = self._index = self._open_index(dim)
-                index.upsert(list(ids), vectors)
+                # the index appends (and fsyncs) while the rows are written here;
+                # the rows commit only once the append has
+                appending = _append_threads().submit(index.upsert, list(ids), vectors)
                 with self._write() as db:
                     if first:
                         for key, value in (
@@ -518,8 +563,12 @@ class Collection:
                         "INSERT OR IGNORE INTO item_meta VALUES (?, ?, ?, ?)",
                         _meta_rows(ids, metadata),
                     )
+                    appending.result()
                     db.execute("DELETE FROM pending")
             except BaseException:
+                if appending is not None:  # the undo must not race the append
+                    with contextlib.suppress(BaseException):
+                        appending.result()
                 # undo now, so that searches never see a batch without its rows;
                 # if that fails too, the next write (or the next start) does
                 self._needs_recovery = True

@@ -43,6 +43,14 @@ class VectorRejected(StoreError):
     """A vector cannot be stored (non-finite, or too close to zero to have a direction)."""
 
 
+class DuplicateIds(StoreError):
+    """A batch names one id twice."""
+
+    def __init__(self, item_id: str) -> None:
+        super().__init__(f"id {item_id!r} appears more than once in one batch")
+        self.item_id = item_id
+
+
 class DataDirLocked(StoreError):
     """Another process holds the data directory."""
 
