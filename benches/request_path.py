@@ -91,9 +91,13 @@ def bare_app() -> Any:
 def granian_target() -> Any:
     """The WSGI app a granian worker serves (its kind and data in the environment)."""
     logging.basicConfig(level="INFO", stream=open(os.devnull, "w"))  # noqa: SIM115
+    from flask_app.gc_tuning import freeze_startup_objects
+
     if os.environ["REQUEST_PATH_KIND"] == "bare-granian":
         return bare_app()
-    return edgerag_app(Path(os.environ["REQUEST_PATH_DATA"]))
+    app = edgerag_app(Path(os.environ["REQUEST_PATH_DATA"]))
+    freeze_startup_objects()  # as `edgerag serve` does
+    return app
 
 
 def serve(kind: str, port: int, data_dir: Path) -> None:
@@ -123,9 +127,12 @@ def serve(kind: str, port: int, data_dir: Path) -> None:
     if kind == "bare":
         create_server(bare_app(), host="127.0.0.1", port=port, threads=16).run()
         return
+    from flask_app.gc_tuning import freeze_startup_objects
+
     app = edgerag_app(data_dir)
     if kind == "hooks":
         app.view_functions["moorcheh.search"] = stub
+    freeze_startup_objects()  # as `edgerag serve` does
     make_server(app, host="127.0.0.1", port=port, threads=16).run()
 
 

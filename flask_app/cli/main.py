@@ -145,6 +145,7 @@ def _is_loopback(host: str) -> bool:
 def cmd_serve(settings: Settings, log_level: str) -> int:
     from flask_app.api.http.waitress_server import serve
     from flask_app.app import create_app
+    from flask_app.gc_tuning import freeze_startup_objects
     from flask_app.malloc_tuning import limit_arenas
     from flask_app.services import ModelMissing, load_services
     from flask_app.store import StoreError
@@ -184,6 +185,7 @@ def cmd_serve(settings: Settings, log_level: str) -> int:
         f"edgerag on http://{settings.host}:{settings.port} (llm: {llm}, embedder: {embedder})",
         flush=True,
     )
+    freeze_startup_objects()  # full collections stop walking what lives until exit
     serve(
         app,
         host=settings.host,
