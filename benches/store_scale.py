@@ -5,9 +5,10 @@ store (vector mode, --max-items off), then restart and time until /health
 answers, then time /search. Then what one batch of each format costs per
 step, in-process (medians): the old JSON parse (orjson into Python floats)
 beside simcore's split of the same body, validation, the vector checks, the
-multipart parse and the store's write. And the disk's own limit: the MB/s it
-takes durably (written and fdatasync'd) over the bytes simcore stores per
-vector.
+multipart parse and the store's write. And the two limits: the CPU seconds
+server and clients spent per upload (what the cores alone would allow), and
+the MB/s the disk takes durably (written and fdatasync'd) over the bytes
+simcore stores per vector.
 
     .venv/bin/python benches/store_scale.py [--n 1000000] [--dim 384] [--clients 2]
         [--formats json npy] [--json results.json]
@@ -178,6 +179,12 @@ def breakdown(dim: int, json_batch: int, npy_batch: int, repeats: int = 7) -> di
     return {name: round(statistics.median(v) * 1e3, 2) for name, v in steps.items()}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process `pid` has used, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def durable_write_bandwidth(directory: Path, megabytes: int = 32, repeats: int = 5) -> float:
     """MB/s this disk takes durably: `megabytes` written then fdatasync'd,
     median of `repeats` (into one file, each write after the last)."""
@@ -223,16 +230,28 @@ def main() -> None:
             bodies = list(make(vectors, batch))
             data_dir = Path(tmp) / form
             server = start(data_dir, port)
+            server_cpu, client_cpu = cpu_seconds(server.proc.pid), cpu_seconds(os.getpid())
             elapsed = upload(base, bodies, args.clients)
+            server_cpu = cpu_seconds(server.proc.pid) - server_cpu
+            client_cpu = cpu_seconds(os.getpid()) - client_cpu
             del bodies
             total = requests.get(base + "/health", timeout=10).json()["items"]
             assert total == args.n, total
             rate = total / elapsed
             results[f"{form}_vectors_per_s"] = round(rate)
             results[f"{form}_batch"] = batch
+            cores = os.cpu_count() or 1
+            cpu_ceiling = total / ((server_cpu + client_cpu) / cores)
+            results[f"{form}_cpu_s"] = {
+                "server": round(server_cpu, 1),
+                "client": round(client_cpu, 1),
+            }
+            results[f"{form}_cpu_ceiling_vectors_per_s"] = round(cpu_ceiling)
             print(
                 f"{form}: uploaded {total:,} vectors in {elapsed:.1f} s: {rate:,.0f} vectors/s "
-                f"({args.clients} clients, batches of {batch:,})",
+                f"({args.clients} clients, batches of {batch:,}); CPU: server {server_cpu:.1f} s, "
+                f"clients {client_cpu:.1f} s, {(server_cpu + client_cpu) / elapsed:.2f} of "
+                f"{cores} cores busy, which alone allow {cpu_ceiling:,.0f} vectors/s",
                 flush=True,
             )
             server.stop()

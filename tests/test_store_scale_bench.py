@@ -1,15 +1,17 @@
-"""The disk ceiling `benches/store_scale.py` prints: the bytes it counts per
-vector are the bytes simcore's files grow by."""
+"""The limits `benches/store_scale.py` prints: the bytes it counts per vector
+are the bytes simcore's files grow by; CPU seconds are read for real."""
 
 from __future__ import annotations
 
 import math
+import os
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from benches.store_scale import durable_write_bandwidth, stored_bytes_per_vector
+from benches.store_scale import cpu_seconds, durable_write_bandwidth, stored_bytes_per_vector
 from flask_app import simcore
 
 
@@ -36,3 +38,12 @@ def test_durable_write_bandwidth_is_a_rate(tmp_path: Path) -> None:
     rate = durable_write_bandwidth(tmp_path, megabytes=1, repeats=3)
     assert math.isfinite(rate) and rate > 0
     assert list(tmp_path.iterdir()) == []  # its file is gone
+
+
+def test_cpu_seconds_count_this_process_working() -> None:
+    before = cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    spent = cpu_seconds(os.getpid()) - before
+    assert 0.2 <= spent <= 5.0
