@@ -119,7 +119,21 @@ class Index:
     def upsert(self, ids: Sequence[str], vectors: _Matrix) -> tuple[int, int]:
         """Insert or replace `vectors` (n x dim) under `ids` (n strings).
         Returns (inserted, replaced). The whole batch is validated first.
+        `stage_upsert` then `publish`.
         """
+    def stage_upsert(self, ids: Sequence[str], vectors: _Matrix) -> None:
+        """Validate, encode and (when persistent) durably append `vectors`
+        under `ids` without making them visible: searches go on meanwhile
+        and do not see them until `publish`. Until then another stage, a
+        delete or a compaction is refused.
+        """
+    def publish(self) -> tuple[int, int] | None:
+        """Make the staged upsert visible (brief exclusive access). Returns
+        (inserted, replaced), or None when nothing is staged.
+        """
+    @property
+    def has_staged(self) -> bool:
+        """True while a staged upsert waits for `publish`."""
     def delete(self, ids: Sequence[str]) -> list[bool]:
         """Delete ids; returns, per id, whether it was present."""
     def compact(self) -> bool:

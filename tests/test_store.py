@@ -28,9 +28,10 @@ class Boom(RuntimeError):
 
 
 class FlakyIndex:
-    """Wraps a real index; its next `failures` upserts raise, before writing
-    or (`after`) once the batch is appended, as a crash between the index's
-    commit and the rows' would."""
+    """Wraps a real index; its next `failures` staged upserts (what a
+    collection's upsert calls) raise, before writing or (`after`) once the
+    batch is appended, as a crash between the index's commit and the rows'
+    would."""
 
     def __init__(self, real: simcore.Index, failures: int, *, after: bool = False) -> None:
         self.real = real
@@ -43,13 +44,13 @@ class FlakyIndex:
     def __contains__(self, key: str) -> bool:
         return key in self.real
 
-    def upsert(self, ids: list[str], vectors: np.ndarray) -> tuple[int, int]:
+    def stage_upsert(self, ids: list[str], vectors: np.ndarray) -> None:
         if self.failures > 0:
             self.failures -= 1
             if self.after:
-                self.real.upsert(ids, vectors)
+                self.real.stage_upsert(ids, vectors)
             raise Boom("index write failed")
-        return self.real.upsert(ids, vectors)
+        self.real.stage_upsert(ids, vectors)
 
 
 @pytest.mark.parametrize("after", [False, True])

@@ -10,11 +10,12 @@ Write protocol (every acknowledged write survives `kill -9`, nothing
 half-written is ever visible, vectors are written once):
 1. an upsert first commits an intent (`pending`): the ids the index is about
    to change, and the vectors the replaced ones have now (none for new ids);
-2. the simcore index appends the batch (its own fsync'd commit) on another
-   thread, while
-3. one SQLite transaction writes the rows and drops the intent; it commits
-   with fsync only once the append has committed, and the write is
-   acknowledged.
+2. the simcore index stages the batch on another thread: appends it to its
+   files with its own fsync'd commit, not yet visible to searches, while
+3. one SQLite transaction writes the rows and drops the intent; once the
+   append has committed, the batch is published in the index's memory and
+   the transaction commits with fsync, both under the collection's write
+   lock, and the write is acknowledged.
 An intent found on open (or after a failed step) means step 3 never committed:
 the index is put back (the batch's ids removed, the replaced vectors
 restored; the first batch's index is removed whole), so the write is as if
@@ -22,13 +23,15 @@ it never happened. A delete commits the rows' removal with a redo record of
 the ids, then applies it to the index; a record found on open is applied
 again. Vectors are checked and normalised before step 1, so the index refuses
 no batch it was promised. Replaced and deleted rows are reclaimed by
-compaction once they outnumber the live ones. Writers hold the collection's
-write lock for every step; searches hold its read lock, so a search sees a
-batch either entirely or not at all. A compaction runs after the write, with
-only the writer lock held: searches go on while simcore writes the new
-generation and wait only for the switch to it. (Stores written before the
-intent hold redo records of upserts with their vectors; they are replayed as
-before.)
+compaction once they outnumber the live ones. Searches hold the
+collection's read lock; an upsert holds its write lock only while its batch
+is published and its rows commit (a delete for every step), so a search sees
+a batch either entirely or not at all, and does not wait for the disk while
+a batch is appended. One writer at a time holds the writer lock. A
+compaction runs after the write, with only the writer lock held: searches
+go on while simcore writes the new generation and wait only for the switch
+to it. (Stores written before the intent hold redo records of upserts with
+their vectors; they are replayed as before.)
 """
 
 from __future__ import annotations
@@ -305,6 +308,20 @@ class Collection:
                 yield
             self._compact_if_due()
 
+    @contextmanager
+    def _upserting(self) -> Iterator[None]:
+        """One writer at a time, like `_writing`, without excluding searches:
+        an upsert takes the write lock itself for the moment its batch
+        becomes visible (and to undo a failed one)."""
+        with self._writer:
+            with self._lock.write():
+                if self._closed:
+                    raise ClearedError()
+                if self._needs_recovery:
+                    self._recover()
+            yield
+            self._compact_if_due()
+
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._sqlite.transaction()
 
@@ -507,7 +524,7 @@ class Collection:
                 "to zero to have a direction"
             )
         now = time.time()
-        with self._writing():
+        with self._upserting():
             check_settings(self._settings, mode, dim, embedding_model)
             index = self._index
             replaced = [] if index is None else [i for i in ids if i in index]
@@ -531,56 +548,78 @@ class Collection:
                     ),
                 )
             first = index is None
-            appending: Future[Any] | None = None
+            staging: Future[None] | None = None
+            undone = False
+            db = self._db()
             try:
                 if index is None:
-                    index = self._index = self._open_index(dim)
-                # the index appends (and fsyncs) while the rows are written here;
-                # the rows commit only once the append has
-                appending = _append_threads().submit(index.upsert, list(ids), vectors)
-                with self._write() as db:
-                    if first:
-                        for key, value in (
-                            ("mode", mode),
-                            ("dimension", dim),
-                            ("embedding_model", embedding_model),
-                        ):
-                            db.execute(
-                                "INSERT OR REPLACE INTO settings VALUES (?, ?)",
-                                (key, json.dumps(value)),
-                            )
-                    db.executemany(
-                        "INSERT INTO items VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-                        "text = excluded.text, metadata = excluded.metadata, "
-                        "updated_at = excluded.updated_at",
-                        rows,
-                    )
-                    # replaced items drop their old metadata and text rows
-                    db.executemany("DELETE FROM item_meta WHERE id = ?", [(i,) for i in replaced])
-                    _drop_text(db, replaced)
-                    _index_text(db, ids, texts)
-                    db.executemany(
-                        "INSERT OR IGNORE INTO item_meta VALUES (?, ?, ?, ?)",
-                        _meta_rows(ids, metadata),
-                    )
-                    appending.result()
-                    db.execute("DELETE FROM pending")
-            except BaseException:
-                if appending is not None:  # the undo must not race the append
-                    with contextlib.suppress(BaseException):
-                        appending.result()
-                # undo now, so that searches never see a batch without its rows;
-                # if that fails too, the next write (or the next start) does
-                self._needs_recovery = True
-                with contextlib.suppress(Exception):
-                    self._recover()
-                raise
-            if first:
-                self._settings.update(
-                    {"mode": mode, "dimension": dim, "embedding_model": embedding_model}
+                    with self._lock.write():
+                        index = self._index = self._open_index(dim)
+                # the index appends the batch (fsync'd, not yet visible) on another
+                # thread while the rows are written here; searches go on meanwhile
+                staging = _append_threads().submit(index.stage_upsert, list(ids), vectors)
+                db.execute("BEGIN IMMEDIATE")
+                if first:
+                    for key, value in (
+                        ("mode", mode),
+                        ("dimension", dim),
+                        ("embedding_model", embedding_model),
+                    ):
+                        db.execute(
+                            "INSERT OR REPLACE INTO settings VALUES (?, ?)",
+                            (key, json.dumps(value)),
+                        )
+                db.executemany(
+                    "INSERT INTO items VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                    "text = excluded.text, metadata = excluded.metadata, "
+                    "updated_at = excluded.updated_at",
+                    rows,
                 )
-            self._count += new
-            return self._count
+                # replaced items drop their old metadata and text rows
+                db.executemany("DELETE FROM item_meta WHERE id = ?", [(i,) for i in replaced])
+                _drop_text(db, replaced)
+                _index_text(db, ids, texts)
+                db.executemany(
+                    "INSERT OR IGNORE INTO item_meta VALUES (?, ?, ?, ?)",
+                    _meta_rows(ids, metadata),
+                )
+                staging.result()
+                db.execute("DELETE FROM pending")
+                # searches wait only while the batch becomes visible with its rows
+                with self._lock.write():
+                    try:
+                        index.publish()
+                        db.execute("COMMIT")
+                    except BaseException:
+                        undone = True  # before a search can see the batch without its rows
+                        self._undo_upsert(db, index)
+                        raise
+                    if first:
+                        self._settings.update(
+                            {"mode": mode, "dimension": dim, "embedding_model": embedding_model}
+                        )
+                    self._count += new
+                    return self._count
+            except BaseException:
+                if not undone:
+                    if staging is not None:  # the undo must not race the append
+                        with contextlib.suppress(BaseException):
+                            staging.result()
+                    with self._lock.write():
+                        self._undo_upsert(db, index)
+                raise
+
+    def _undo_upsert(self, db: sqlite3.Connection, index: simcore.Index | None) -> None:
+        """Roll back a failed upsert's rows and take its batch out of the index
+        at once (the write lock held); if that fails too, the next write (or
+        the next start) does."""
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        if index is not None:  # a batch staged in the files is undone in memory too
+            index.publish()
+        self._needs_recovery = True
+        with contextlib.suppress(Exception):
+            self._recover()
 
     def delete(self, ids: Sequence[str]) -> tuple[int, list[str]]:
         """Delete ids; returns (deleted count, ids not found)."""

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use memmap2::Mmap;
 
@@ -157,7 +158,11 @@ pub struct Index {
     lookup: HashMap<String, u32>,
     deleted: Vec<bool>,
     n_deleted: usize,
-    files: Option<(PathBuf, IndexFiles)>,
+    /// In a mutex so that an upsert can be staged (appended to the files)
+    /// with shared access while searches go on.
+    files: Option<(PathBuf, Mutex<IndexFiles>)>,
+    /// An upsert in the files, not yet in memory (`stage_upsert`, `publish`).
+    staged: Mutex<Option<Staged>>,
     threads: usize,
     /// Sign-bit codes of every row, kept in memory only (derived from the f32
     /// rows): built on request, then maintained by upserts and compactions.
@@ -165,6 +170,28 @@ pub struct Index {
     /// Counts the changes to the rows; a prepared compaction is installed
     /// only over the state it was built from.
     changes: u64,
+}
+
+/// A batch appended to the files (durable) that searches do not see yet.
+struct Staged {
+    ids: Vec<String>,
+    enc: Encoded<'static>,
+    replaced: Vec<u32>,
+    /// the files mapped again after the append (past REMAP_TAIL_BYTES)
+    remapped: Option<(Mmap, Mmap)>,
+    changes: u64,
+}
+
+fn staged_error() -> SimcoreError {
+    SimcoreError::Invalid("an upsert is staged and not yet published".into())
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn inner<T>(m: &mut Mutex<T>) -> &mut T {
+    m.get_mut().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The live rows rewritten without tombstones, built while searches go on
@@ -208,6 +235,7 @@ impl Index {
             deleted: Vec::new(),
             n_deleted: 0,
             files: None,
+            staged: Mutex::new(None),
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             bits: None,
             changes: 0,
@@ -224,7 +252,7 @@ impl Index {
             index.stride_i8 as u32,
         )
         .map_err(|e| io_error(root, e))?;
-        index.files = Some((root.to_path_buf(), files));
+        index.files = Some((root.to_path_buf(), Mutex::new(files)));
         Ok(index)
     }
 
@@ -241,7 +269,7 @@ impl Index {
             )));
         }
         index.load(loaded);
-        index.files = Some((root.to_path_buf(), files));
+        index.files = Some((root.to_path_buf(), Mutex::new(files)));
         Ok(index)
     }
 
@@ -419,33 +447,68 @@ impl Index {
 
     /// Insert or replace vectors by id (`values` is `ids.len() × dim`, row-major).
     /// The batch is validated as a whole first; with persistence it is durable
-    /// when this returns.
+    /// when this returns. `stage_upsert` then `publish`, in one call.
     pub fn upsert<S: AsRef<str>>(
         &mut self,
         ids: &[S],
         values: &[f32],
     ) -> Result<UpsertStats, SimcoreError> {
-        self.check_vectors(ids.len(), values)?;
+        self.refuse_if_staged()?;
+        let ids = ids.iter().map(|id| id.as_ref().to_owned()).collect();
+        self.stage_upsert(ids, values.to_vec())?;
+        Ok(self.publish().expect("an upsert was just staged"))
+    }
+
+    /// The first half of an upsert, with shared access only (searches go on):
+    /// the batch validated, encoded and, with persistence, appended to the
+    /// files and synced (durable) — but not visible until `publish`. Until
+    /// then nothing else may change the index: another stage, a delete or a
+    /// compaction is refused.
+    pub fn stage_upsert(&self, ids: Vec<String>, values: Vec<f32>) -> Result<(), SimcoreError> {
+        let mut staged = locked(&self.staged);
+        if staged.is_some() {
+            return Err(staged_error());
+        }
+        self.check_vectors(ids.len(), &values)?;
         let mut seen = HashSet::with_capacity(ids.len());
-        for id in ids {
-            if !seen.insert(id.as_ref()) {
+        for id in &ids {
+            if !seen.insert(id.as_str()) {
                 return Err(SimcoreError::Invalid(format!(
                     "duplicate id {:?} in one batch",
-                    id.as_ref()
+                    id
                 )));
             }
         }
+        drop(seen);
         if self.rows() + ids.len() > u32::MAX as usize {
             return Err(SimcoreError::Invalid("index is full (2^32 rows)".into()));
         }
-        let enc = self.encode(values, ids.len());
+        let Encoded {
+            f32,
+            i8,
+            scales,
+            sums,
+            meta,
+        } = self.encode(&values, ids.len());
+        let padded = match f32 {
+            Cow::Owned(rows) => Some(rows),
+            Cow::Borrowed(_) => None,
+        };
+        let enc = Encoded {
+            f32: Cow::Owned(padded.unwrap_or(values)),
+            i8,
+            scales,
+            sums,
+            meta,
+        };
         let replaced: Vec<u32> = ids
             .iter()
-            .filter_map(|id| self.lookup.get(id.as_ref()).copied())
+            .filter_map(|id| self.lookup.get(id.as_str()).copied())
             .collect();
         let mut remapped = None;
-        if let Some((root, files)) = self.files.as_mut() {
-            let id_bytes = file::encode_ids(ids.iter().map(AsRef::as_ref));
+        if let Some((root, files)) = self.files.as_ref() {
+            let mut files = locked(files);
+            let id_bytes = file::encode_ids(ids.iter().map(String::as_str));
             let batch = Batch {
                 rows: ids.len(),
                 f32: &enc.f32,
@@ -461,22 +524,44 @@ impl Index {
                 remapped = Some(files.map_rows().map_err(|e| io_error(root, e))?);
             }
         }
+        *staged = Some(Staged {
+            ids,
+            enc,
+            replaced,
+            remapped,
+            changes: self.changes,
+        });
+        Ok(())
+    }
+
+    /// The second half of an upsert, with exclusive access (brief: memory
+    /// only): the staged batch becomes visible. None when nothing is staged.
+    pub fn publish(&mut self) -> Option<UpsertStats> {
+        let staged = inner(&mut self.staged).take()?;
+        debug_assert_eq!(staged.changes, self.changes, "nothing changes while staged");
+        let Staged {
+            ids,
+            enc,
+            replaced,
+            remapped,
+            ..
+        } = staged;
         for &r in &replaced {
             self.deleted[r as usize] = true;
         }
         self.n_deleted += replaced.len();
         let first = self.rows();
-        for (i, id) in ids.iter().enumerate() {
-            self.lookup
-                .insert(id.as_ref().to_owned(), (first + i) as u32);
-            self.ids.push(id.as_ref().to_owned());
-        }
-        self.deleted.resize(self.ids.len(), false);
+        let n = ids.len();
         if let Some(bits) = self.bits.as_mut() {
-            for row in values.chunks_exact(self.dim) {
-                bits.push(row);
+            for row in enc.f32.chunks_exact(self.stride_f32) {
+                bits.push(&row[..self.dim]);
             }
         }
+        for (i, id) in ids.into_iter().enumerate() {
+            self.lookup.insert(id.clone(), (first + i) as u32);
+            self.ids.push(id);
+        }
+        self.deleted.resize(self.ids.len(), false);
         match remapped {
             Some((f32_map, i8_map)) => {
                 self.f32 = Rows::mapped(f32_map, self.rows(), self.stride_f32);
@@ -490,10 +575,22 @@ impl Index {
         self.scales.extend_from_slice(&enc.scales);
         self.sums.extend_from_slice(&enc.sums);
         self.changes += 1;
-        Ok(UpsertStats {
-            inserted: ids.len() - replaced.len(),
+        Some(UpsertStats {
+            inserted: n - replaced.len(),
             replaced: replaced.len(),
         })
+    }
+
+    /// True while a staged upsert waits for `publish`.
+    pub fn has_staged(&self) -> bool {
+        locked(&self.staged).is_some()
+    }
+
+    fn refuse_if_staged(&mut self) -> Result<(), SimcoreError> {
+        match inner(&mut self.staged) {
+            Some(_) => Err(staged_error()),
+            None => Ok(()),
+        }
     }
 
     /// Delete ids; returns which were present. Durable when it returns.
@@ -513,7 +610,9 @@ impl Index {
         if rows.is_empty() {
             return Ok(found);
         }
+        self.refuse_if_staged()?;
         if let Some((root, files)) = self.files.as_mut() {
+            let files = inner(files);
             let batch = Batch {
                 rows: 0,
                 f32: &[],
@@ -544,6 +643,9 @@ impl Index {
     /// generation that is not yet current. One at a time per index: two
     /// would write the same generation.
     pub fn prepare_compaction(&self) -> Result<Compaction, SimcoreError> {
+        if self.has_staged() {
+            return Err(staged_error());
+        }
         let live: Vec<usize> = (0..self.rows()).filter(|&r| !self.deleted[r]).collect();
         let mut values = Vec::with_capacity(live.len() * self.dim);
         for &r in &live {
@@ -574,7 +676,7 @@ impl Index {
             ids: &id_bytes,
             deleted: &[],
         };
-        let generation = files
+        let generation = locked(files)
             .write_compacted(root, &batch)
             .map_err(|e| io_error(root, e))?;
         Ok(Compaction {
@@ -588,7 +690,7 @@ impl Index {
     /// rename) or its rows. Returns false, changing nothing, when the index
     /// changed after it was prepared (its generation is removed).
     pub fn finish_compaction(&mut self, prepared: Compaction) -> Result<bool, SimcoreError> {
-        if prepared.changes != self.changes {
+        if prepared.changes != self.changes || inner(&mut self.staged).is_some() {
             if let (Prepared::OnDisk { generation }, Some((root, _))) =
                 (&prepared.rows, &self.files)
             {
@@ -600,7 +702,7 @@ impl Index {
             (Prepared::OnDisk { generation }, Some((root, files))) => {
                 let (new_files, loaded) =
                     IndexFiles::switch_to(root, &generation).map_err(|e| io_error(root, e))?;
-                *files = new_files;
+                *inner(files) = new_files;
                 self.load(loaded);
             }
             (Prepared::InMemory { ids, enc }, None) => {

@@ -435,12 +435,30 @@ mod python {
 
         /// Insert or replace `vectors` (n x dim) under `ids` (n strings).
         /// Returns (inserted, replaced). The whole batch is validated first.
+        /// `stage_upsert` then `publish`.
         fn upsert(
             &self,
             py: Python<'_>,
             ids: Vec<String>,
             vectors: PyArrayLike2<'_, f32, AllowTypeChange>,
         ) -> PyResult<(usize, usize)> {
+            self.stage_upsert(py, ids, vectors)?;
+            let stats = self.writing(py, CoreIndex::publish).ok_or_else(|| {
+                SimcoreValueError::new_err("the staged upsert was published by another call")
+            })?;
+            Ok((stats.inserted, stats.replaced))
+        }
+
+        /// Validate, encode and (when persistent) durably append `vectors`
+        /// under `ids` without making them visible: searches go on meanwhile
+        /// and do not see them until `publish`. Until then another stage, a
+        /// delete or a compaction is refused.
+        fn stage_upsert(
+            &self,
+            py: Python<'_>,
+            ids: Vec<String>,
+            vectors: PyArrayLike2<'_, f32, AllowTypeChange>,
+        ) -> PyResult<()> {
             let (values, n, d) = matrix(&vectors);
             if n != ids.len() {
                 return Err(SimcoreValueError::new_err(format!(
@@ -455,10 +473,21 @@ mod python {
                     got: d,
                 }));
             }
-            let stats = self
-                .writing(py, |index| index.upsert(&ids, &values))
-                .map_err(to_py)?;
-            Ok((stats.inserted, stats.replaced))
+            self.reading(py, move |index| index.stage_upsert(ids, values))
+                .map_err(to_py)
+        }
+
+        /// Make the staged upsert visible (brief exclusive access). Returns
+        /// (inserted, replaced), or None when nothing is staged.
+        fn publish(&self, py: Python<'_>) -> Option<(usize, usize)> {
+            self.writing(py, CoreIndex::publish)
+                .map(|stats| (stats.inserted, stats.replaced))
+        }
+
+        /// True while a staged upsert waits for `publish`.
+        #[getter]
+        fn has_staged(&self, py: Python<'_>) -> bool {
+            self.reading(py, CoreIndex::has_staged)
         }
 
         /// Delete ids; returns, per id, whether it was present.

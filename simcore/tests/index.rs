@@ -586,3 +586,59 @@ fn appends_past_the_in_memory_tail_are_read_from_the_files() {
     drop(index);
     check(&Index::open(&tmp.0).unwrap());
 }
+
+#[test]
+fn a_staged_upsert_is_durable_but_invisible_until_published() {
+    let tmp = TempDir::new();
+    let dim = 16;
+    let data = vectors(30, dim, 21);
+    {
+        let mut index = Index::create(&tmp.0, dim).unwrap();
+        index.upsert(&ids(0..20), &data[..20 * dim]).unwrap();
+        // id-5 replaced, id-20..29 new
+        let mut staged_ids = ids(20..30);
+        staged_ids[0] = "id-5".into();
+        index
+            .stage_upsert(staged_ids, data[20 * dim..].to_vec())
+            .unwrap();
+        assert!(index.has_staged());
+        assert_eq!((index.len(), index.rows()), (20, 20));
+        assert!(!index.contains("id-21"));
+        let q = &data[21 * dim..22 * dim];
+        let hits = index.search(q, 3, Mode::Exact, None).unwrap();
+        assert!(hits.iter().all(|h| index.id_of(h.row) != "id-21"));
+        // nothing else may change the index meanwhile
+        assert!(index.stage_upsert(ids(40..41), vectors(1, dim, 1)).is_err());
+        assert!(index.delete(&ids(0..1)).is_err());
+        assert!(index.upsert(&ids(41..42), &vectors(1, dim, 2)).is_err());
+        assert!(index.prepare_compaction().is_err());
+        let stats = index.publish().unwrap();
+        assert_eq!((stats.inserted, stats.replaced), (9, 1));
+        assert!(index.publish().is_none() && !index.has_staged());
+        assert_eq!(
+            (index.len(), index.rows(), index.deleted_rows()),
+            (29, 30, 1)
+        );
+        assert_eq!(index.search(q, 1, Mode::Exact, None).unwrap()[0].row, 21);
+        assert_eq!(
+            index.get("id-5").unwrap(),
+            data[20 * dim..21 * dim].to_vec()
+        );
+    }
+    let index = Index::open(&tmp.0).unwrap();
+    assert_eq!((index.len(), index.rows()), (29, 30));
+}
+
+#[test]
+fn a_staged_upsert_is_in_the_files_before_it_is_published() {
+    let tmp = TempDir::new();
+    let dim = 16;
+    let data = vectors(12, dim, 22);
+    let index = Index::create(&tmp.0, dim).unwrap();
+    index.stage_upsert(ids(0..12), data.clone()).unwrap();
+    // a crash now: the files hold the batch (the caller's intent undoes it on restart)
+    let reopened = Index::open(&tmp.0).unwrap();
+    assert_eq!(reopened.len(), 12);
+    assert_eq!(reopened.get("id-11").unwrap(), data[11 * dim..].to_vec());
+    drop(index);
+}
