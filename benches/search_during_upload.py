@@ -6,9 +6,10 @@ a quiet collection, then while another thread upserts --batches batches of
     .venv/bin/python benches/search_during_upload.py [--rows 100000] [--dim 384]
         [--batch 20000] [--batches 8] [--json benches/results/search_during_upload.json]
 
-A write holds the collection's write lock from its intent to its commit
-(docs/storage.md), so a search that arrives meanwhile waits for the rest of
-the batch's write.
+An upsert holds the collection's write lock only while its batch is
+published and its rows commit (docs/storage.md); before that change a
+search that arrived meanwhile waited for the rest of the batch's write
+(benches/results/search_during_upload{,_1000}.json against `…_staged.json`).
 """
 
 from __future__ import annotations
