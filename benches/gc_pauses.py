@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import io
 import json
 import logging
 import os
@@ -34,40 +33,18 @@ import orjson
 SETTINGS = ("as before", "start-up objects frozen")
 
 
-def app_for(data_dir: Path, models: bool) -> Any:
-    from flask_app.app import create_app
-    from flask_app.services import load_services
-    from flask_app.settings import Settings
-
-    options: dict[str, Any] = {"data_dir": data_dir}
-    if not models:
-        options.update(no_llm=True, no_embedder=True)
-    settings = Settings.load(options, {})
-    return create_app(settings, load_services(settings))
-
-
 def measure(setting: str, calls: int, models: bool) -> dict[str, Any]:
     """One setting, in this process."""
-    from werkzeug.test import EnvironBuilder
-
-    from benches.request_path import fill
+    from benches.request_path import edgerag_app, fill, search_call
     from flask_app.gc_tuning import freeze_startup_objects
 
     logging.basicConfig(level="INFO", stream=open(os.devnull, "w"), force=True)  # noqa: SIM115
     with tempfile.TemporaryDirectory() as tmp:
         matrix = fill(Path(tmp), np.random.default_rng(0))
-        app = app_for(Path(tmp), models)
+        app = edgerag_app(Path(tmp), models)
         if setting == SETTINGS[1]:
             freeze_startup_objects()
-        body = orjson.dumps({"query": matrix[3].tolist(), "top_k": 10})
-        environ = EnvironBuilder(
-            method="POST", path="/search", data=body, content_type="application/json"
-        ).get_environ()
-
-        def call() -> None:
-            env = {**environ, "wsgi.input": io.BytesIO(body)}
-            b"".join(app(env, lambda status, headers, exc_info=None: None))
-
+        call = search_call(app, orjson.dumps({"query": matrix[3].tolist(), "top_k": 10}))
         for _ in range(200):
             call()
         pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}

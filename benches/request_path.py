@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +64,32 @@ def fill(data_dir: Path, rng: np.random.Generator) -> np.ndarray:
     return matrix
 
 
-def edgerag_app(data_dir: Path) -> Any:
+def edgerag_app(data_dir: Path, models: bool = False) -> Any:
+    """edgerag's app over `data_dir`; with `models`, the default LLM and embedder too."""
     from flask_app.app import create_app
     from flask_app.services import load_services
     from flask_app.settings import Settings
 
-    settings = Settings.load({"data_dir": data_dir, "no_llm": True, "no_embedder": True}, {})
+    options: dict[str, Any] = {"data_dir": data_dir}
+    if not models:
+        options.update(no_llm=True, no_embedder=True)
+    settings = Settings.load(options, {})
     return create_app(settings, load_services(settings))
+
+
+def search_call(app: Any, body: bytes) -> Callable[[], None]:
+    """One in-process WSGI call of `POST /search` with `body`, no socket."""
+    from werkzeug.test import EnvironBuilder
+
+    environ = EnvironBuilder(
+        method="POST", path="/search", data=body, content_type="application/json"
+    ).get_environ()
+
+    def call() -> None:
+        env = {**environ, "wsgi.input": io.BytesIO(body)}
+        b"".join(app(env, lambda status, headers, exc_info=None: None))
+
+    return call
 
 
 def stub() -> Any:
@@ -155,18 +175,8 @@ def timed(port: int, body: bytes, count: int) -> list[float]:
 
 def profiled(data_dir: Path, body: bytes, count: int) -> dict[str, float]:
     """Cumulative ms per request of the route's steps, in-process."""
-    from werkzeug.test import EnvironBuilder
-
     logging.basicConfig(level="INFO", stream=open(os.devnull, "w"), force=True)  # noqa: SIM115
-    app = edgerag_app(data_dir)
-    environ = EnvironBuilder(
-        method="POST", path="/search", data=body, content_type="application/json"
-    ).get_environ()
-
-    def call() -> None:
-        env = {**environ, "wsgi.input": io.BytesIO(body)}
-        b"".join(app(env, lambda status, headers, exc_info=None: None))
-
+    call = search_call(edgerag_app(data_dir), body)
     for _ in range(100):
         call()
     t = time.perf_counter()

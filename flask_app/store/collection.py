@@ -301,10 +301,7 @@ class Collection:
         a compaction the write made due rewrites the index after it."""
         with self._writer:
             with self._lock.write():
-                if self._closed:
-                    raise ClearedError()
-                if self._needs_recovery:
-                    self._recover()
+                self._ready_to_write()
                 yield
             self._compact_if_due()
 
@@ -315,12 +312,16 @@ class Collection:
         becomes visible (and to undo a failed one)."""
         with self._writer:
             with self._lock.write():
-                if self._closed:
-                    raise ClearedError()
-                if self._needs_recovery:
-                    self._recover()
+                self._ready_to_write()
             yield
             self._compact_if_due()
+
+    def _ready_to_write(self) -> None:
+        """Refuse a dropped collection; finish an earlier write's undo (the write lock held)."""
+        if self._closed:
+            raise ClearedError()
+        if self._needs_recovery:
+            self._recover()
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._sqlite.transaction()

@@ -453,7 +453,6 @@ impl Index {
         ids: &[S],
         values: &[f32],
     ) -> Result<UpsertStats, SimcoreError> {
-        self.refuse_if_staged()?;
         let ids = ids.iter().map(|id| id.as_ref().to_owned()).collect();
         self.stage_upsert(ids, values.to_vec())?;
         Ok(self.publish().expect("an upsert was just staged"))
