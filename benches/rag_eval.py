@@ -267,7 +267,7 @@ def collection_name(set_name: str) -> str:
 # --ungated: every gate records its signal and never cuts (the judge is asked,
 # any P(yes) passes; the probe reads its probability, which no answer falls
 # below), so benches/gate_grid.py can score every threshold.
-UNGATED = {"answer_refusal_probability": 1.0, "answer_judge": 1e-6, "answer_probe": 1e-9}
+UNGATED = {"answer_refusal_probability": "off", "answer_judge": 1e-6, "answer_probe": 1e-9}
 
 
 def run_set(
