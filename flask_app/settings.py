@@ -382,6 +382,7 @@ class Settings:
                 self.answer_refusal_probability, base.refusal_probability, 1.0
             ),
             judge=_given(self.answer_judge, base.judge, 0.0),
+            evidence_alone_words=base.evidence_alone_words,
         )
 
     def probe_threshold(self) -> float | None:

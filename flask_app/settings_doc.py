@@ -67,16 +67,19 @@ def calibrated() -> str:
     from flask_app.rag.answerability import AnswerProbe, probe_path
 
     rows = [
-        "| `--llm` | `--answer-probe` | `--answer-refusal-probability` | `--answer-judge` |",
-        "|---|---|---|---|",
+        "| `--llm` | `--answer-probe` | `--answer-refusal-probability` | `--answer-judge` "
+        "| evidence units shown without neighbours |",
+        "|---|---|---|---|---|",
     ]
     for name, preset in PRESETS.items():
         path = probe_path(name)
         probe = f"{AnswerProbe.read(path).threshold:.2f}" if path.is_file() else "off"
         judge = preset.calibration.judge
+        alone = preset.calibration.evidence_alone_words
         rows.append(
             f"| `{name}` | {probe} | {preset.calibration.refusal_probability:g} | "
-            f"{'off' if judge == 0 else f'{judge:g}'} |"
+            f"{'off' if judge == 0 else f'{judge:g}'} | "
+            f"{'none' if alone is None else f'{alone} words or more'} |"
         )
     return "\n".join(rows)
 

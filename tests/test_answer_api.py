@@ -15,6 +15,7 @@ import requests
 import sseclient
 from flask import Flask
 
+from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
 from flask_app.client import Client, EdgeragError
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
@@ -448,3 +449,14 @@ def test_python_client_answers(slow_server: tuple[str, ScriptedBackend, LLM]) ->
         with pytest.raises(EdgeragError) as info:
             list(client.answer_stream("x", temperature=9))
         assert info.value.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("llm", "alone"), [("qwen2.5-coder-0.5b", 15), ("qwen2.5-coder-1.5b", None)]
+)
+def test_each_preset_shapes_its_evidence_as_its_probe_was_collected(
+    tmp_path: Path, llm: str, alone: int | None
+) -> None:
+    app = build(tmp_path, ScriptedBackend("x"), llm=llm)
+    with app.app_context():
+        assert answer_config_of(app).evidence_alone_words == alone

@@ -105,6 +105,49 @@ def test_evidence_selection_picks_the_unit_that_answers_with_its_span() -> None:
     assert [p.passage for p in sel.pieces] == [1]
 
 
+POOL = (
+    "Riverside pool.\n\n"
+    "On Saturdays and Sundays the pool opens at 9 am and closes at 6 pm, and the "
+    "teaching pool keeps the same hours.\n\n"
+    "Lockers take a coin.\n\n"
+    "Children under eight must be with an adult in the water at all times."
+)
+
+
+def test_a_unit_long_enough_to_stand_alone_is_shown_without_neighbours() -> None:
+    long_question = "When does the pool open on Saturdays?"
+    short_question = "What do the lockers take?"
+    with_neighbours = evidence.Scoring(units_wanted=1)
+    alone_15 = evidence.Scoring(units_wanted=1, alone_words=15)
+
+    def shown(question: str, scoring: evidence.Scoring) -> str:
+        return "|".join(p.text for p in evidence.select(question, [POOL], scoring).pieces)
+
+    # the weekend line (25 words) alone, instead of with the heading and the lockers
+    assert shown(long_question, with_neighbours).startswith("Riverside pool.")
+    assert shown(long_question, alone_15) == (
+        "On Saturdays and Sundays the pool opens at 9 am and closes at 6 pm, and the "
+        "teaching pool keeps the same hours."
+    )
+    # a short unit keeps the lines around it either way
+    assert shown(short_question, alone_15) == shown(short_question, with_neighbours)
+    assert "Lockers take a coin." in shown(short_question, alone_15)
+    assert shown(short_question, alone_15) != "Lockers take a coin."
+
+
+def test_the_answer_config_carries_the_rule_into_the_prompt() -> None:
+    llm = LLM(ScriptedBackend("9 am"), max_waiters=1, timeout=5)
+    question = Question(query="When does the pool open on Saturdays?", top_k=1)
+
+    def prompt(config: AnswerConfig) -> str:
+        grounding = ground(llm, _Ranked([POOL]), question, config)
+        assert grounding.prompt is not None
+        return grounding.prompt.messages[-1]["content"]
+
+    assert "Lockers" in prompt(AnswerConfig(evidence_units=1))
+    assert "Lockers" not in prompt(AnswerConfig(evidence_units=1, evidence_alone_words=15))
+
+
 def test_the_closest_unit_in_meaning_states_something() -> None:
     """The closest chosen unit by the caller's cosine, skipping a heading
     that only names the subject; none without cosines."""

@@ -76,9 +76,10 @@ def test_rag_eval_runs_a_held_out_set_given_by_its_path(
     assert rows["Who manages the kiosk?"]["correct"]
     annex = rows["Which company services the annex pump?"]
     # the one passage of 48 that says so reaches the prompt; whether the 0.5B's
-    # probe then lets the answer through is a near thing (P 0.461 against its
-    # threshold 0.465 on an AVX2-only AMD EPYC, above it on the Intel host the
-    # probe was fitted on), so only the grading is held here
+    # probe then lets the answer through depends on the host's llama.cpp
+    # kernels near its threshold (an earlier probe gave 0.461 against 0.465 on
+    # an AVX2-only AMD EPYC, above it on an Intel host), so only the grading
+    # is held here
     assert annex["recalled"], annex
     assert annex["correct"] == ("Vellmar" in annex["answer"]), annex
     # an unanswerable question is scored correct exactly when the answer declines

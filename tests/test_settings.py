@@ -50,6 +50,9 @@ def test_the_llm_flag_picks_a_preset_file_and_its_calibrated_gates() -> None:
     other = Settings.load({"model": "/x/m.gguf", "llm": "qwen2.5-coder-1.5b"}, {})
     assert other.llm_preset() is None and other.llm_path() == Path("/x/m.gguf")
     assert other.calibration() == PRESETS["qwen2.5-coder-0.5b"].calibration
+    # the evidence's shape is the one each preset's probe was collected on
+    assert other.calibration().evidence_alone_words == 15
+    assert big.calibration().evidence_alone_words is None
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,10 @@ class AnswerCalibration:
 
     refusal_probability: float  # refuse when P(the answer starts a refusal) > this
     judge: float  # refuse when the model's P(the documents state the answer) < this
+    # an evidence unit of at least this many words is shown without its
+    # neighbours (None: every unit with them); the preset's probe was
+    # collected on prompts made this way
+    evidence_alone_words: int | None = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ QWEN_05B = LLMPreset(
         428_730_240,
     ),
     default_quant="q4_0",
-    calibration=AnswerCalibration(refusal_probability=0.3, judge=0.0),
+    calibration=AnswerCalibration(refusal_probability=0.3, judge=0.0, evidence_alone_words=15),
 )
 
 QWEN_15B = LLMPreset(

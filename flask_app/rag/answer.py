@@ -68,6 +68,9 @@ class AnswerConfig:
     judge: float = 0.0
     min_cosine: float | None = None  # passages less similar than this are not used
     evidence_units: int = 3
+    # an evidence unit of at least this many words goes into the prompt
+    # without its neighbours (None: every unit with them)
+    evidence_alone_words: int | None = None
     meaning: float = 0.5  # weight of embedding closeness against shared words in evidence
     # passages whose units are ranked for evidence (0 or below top_k: top_k);
     # the prompt still holds evidence of at most top_k of them
@@ -161,7 +164,11 @@ def ground(
     selection = evidence.select(
         _evidence_query(question),
         [hit.text for hit in candidates],
-        evidence.Scoring(units_wanted=config.evidence_units, meaning=config.meaning),
+        evidence.Scoring(
+            units_wanted=config.evidence_units,
+            meaning=config.meaning,
+            alone_words=config.evidence_alone_words,
+        ),
         lambda texts: retriever.closeness(question.query, texts),
     )
     if not selection.pieces:

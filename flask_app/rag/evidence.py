@@ -29,6 +29,10 @@ from flask_app.rag.text import sentences as text_sentences
 class Scoring:
     units_wanted: int = 3
     neighbours: int = 1
+    # a chosen unit of at least this many words is shown without its
+    # neighbours: it states enough alone, and the neighbours were 38% of the
+    # tokens an answer read (benches/prompt_cost.py); None: every unit gets them
+    alone_words: int | None = None
     max_units: int = 96  # bounds the work per question
     # weight of meaning (embedding cosine with the question) against shared
     # words in a unit's score, when the caller can measure it
@@ -161,7 +165,7 @@ def select(
     scored = _score(question, slots, per_passage, cosines, scoring.meaning)
     ranked = sorted(scored, key=lambda s: -s.score)
     chosen = ranked[: scoring.units_wanted]
-    wanted = _with_neighbours(chosen, per_passage, scoring.neighbours)
+    wanted = _with_neighbours(chosen, per_passage, scoring.neighbours, scoring.alone_words)
     pieces = _pieces(passages, per_passage, wanted, {(s.passage, s.index): s for s in scored})
     best = _alone(ranked[0])
     if cosines is None:
@@ -201,14 +205,20 @@ def _score(
 
 
 def _with_neighbours(
-    chosen: list[_Scored], per_passage: list[list[Unit]], neighbours: int
+    chosen: list[_Scored],
+    per_passage: list[list[Unit]],
+    neighbours: int,
+    alone_words: int | None = None,
 ) -> dict[int, dict[int, float]]:
     """Per passage, the unit indices to show and each one's score (a
-    neighbour shown for context scores 0)."""
+    neighbour shown for context scores 0); a unit of `alone_words` words or
+    more is shown without neighbours."""
     wanted: dict[int, dict[int, float]] = {}
     for s in chosen:
-        lo = max(0, s.index - neighbours)
-        hi = min(len(per_passage[s.passage]), s.index + neighbours + 1)
+        alone = alone_words is not None and len(s.unit.text.split()) >= alone_words
+        around = 0 if alone else neighbours
+        lo = max(0, s.index - around)
+        hi = min(len(per_passage[s.passage]), s.index + around + 1)
         shown = wanted.setdefault(s.passage, {})
         for i in range(lo, hi):
             shown[i] = max(shown.get(i, 0.0), s.score if i == s.index else 0.0)

@@ -53,6 +53,7 @@ def answer_config_of(app: Flask) -> AnswerConfig:
         candidates=settings.answer_candidates or 0,  # 0: the request's top_k
         refusal_probability=calibration.refusal_probability,
         judge=calibration.judge,
+        evidence_alone_words=calibration.evidence_alone_words,
         min_cosine=cosine_floor(settings.answer_min_score, settings.score_mapping),
         quote_yes_no=settings.yes_no_quote(),
     )
