@@ -6,7 +6,8 @@ when the caller can measure it; the vectors are remembered across questions,
 `unit_vectors.py`) and half by how much of the question's content words
 (weighted by rarity among the units) it contains. The few best units, each
 with its neighbours (a definition's heading, a following "it defaults
-to..."), become the prompt's text instead of whole passages: the small model
+to..."; a long unit alone where the preset says so), become the prompt's
+text instead of whole passages: the small model
 sees the lines that answer, and the prompt stays short.
 
 The best unit's score is reported with the answer (`evidence_score`); it
