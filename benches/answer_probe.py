@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from benches import eval_sets, probe_fit
-from benches.rag_eval import UNGATED, is_refusal, mentions
+from benches.rag_eval import UNGATED, is_refusal, mentions, upload_items
 from flask_app import rag
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
@@ -54,7 +54,7 @@ from flask_app.inference.llm import LlamaBackend, Sampling
 from flask_app.inference.presets import PRESETS
 from flask_app.inference.pull import known_sha256
 from flask_app.rag import answerability
-from flask_app.rag.answer import AnswerConfig, ground, open_answer
+from flask_app.rag.answer import AnswerConfig, Grounding, ground, open_answer
 from flask_app.rag.retrieval import StoredCollection
 from flask_app.rag.text import units
 from flask_app.services import Services, load_services
@@ -69,17 +69,27 @@ def cache_dir() -> Path:
     return Settings.load({}, os.environ).cache_dir / "answer_probe"
 
 
-def ask(services: Services, config: AnswerConfig, query: str) -> dict[str, Any]:
-    """One question through the core pipeline as the moorcheh route asks it."""
-    llm = services.llm
-    assert llm is not None and services.embedder is not None
+def grounded(
+    services: Services, config: AnswerConfig, query: str
+) -> tuple[rag.Question, Grounding]:
+    """One question grounded in the moorcheh store as the moorcheh route grounds it."""
+    assert services.llm is not None and services.embedder is not None
     collection = services.store.edge()
     question = rag.Question(query=query, top_k=TOP_K, sampling=Sampling(temperature=TEMPERATURE))
     vector = rag.query_vector(collection, question, services.embedder)
     retriever = StoredCollection(collection, vector, None, embedder=services.embedder)
-    started = time.perf_counter()
-    grounding = ground(llm, retriever, question, config)
+    grounding = ground(services.llm, retriever, question, config)
     assert grounding.prompt is not None, "a store with passages always grounds"
+    return question, grounding
+
+
+def ask(services: Services, config: AnswerConfig, query: str) -> dict[str, Any]:
+    """One question through the core pipeline as the moorcheh route asks it."""
+    llm = services.llm
+    assert llm is not None
+    started = time.perf_counter()
+    question, grounding = grounded(services, config, query)
+    assert grounding.prompt is not None
     first = None
     parts = []
     with open_answer(llm, grounding, question, config) as stream:
@@ -167,11 +177,7 @@ def collect_set(
         client = app.test_client()
 
         def upload(batch: list[dict[str, Any]]) -> None:
-            for lo in range(0, len(batch), 64):
-                r = client.post(
-                    "/upload", json={"store_mode": "text", "items": batch[lo : lo + 64]}
-                )
-                assert r.status_code == 200, r.get_json()
+            upload_items(client, batch)
 
         assert services.llm is not None and isinstance(services.llm.backend, LlamaBackend)
         assert services.embedder is not None

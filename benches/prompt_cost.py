@@ -28,31 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from benches import eval_sets
-from flask_app import rag
+from benches.answer_probe import grounded
+from benches.rag_eval import upload_items
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
 from flask_app.inference.llm import ChatMessage, LlamaBackend, Sampling
-from flask_app.rag.answer import Grounding, ground
-from flask_app.rag.retrieval import StoredCollection
+from flask_app.rag.answer import Grounding
 from flask_app.services import load_services
 from flask_app.settings import Settings
 
-TOP_K = 5  # the moorcheh /answer default
 PARTS = ("system", "units", "neighbours", "question", "rest")
-
-
-def tokens(backend: LlamaBackend, text: str) -> list[int]:
-    ids: list[int] = backend._llama.tokenize(text.encode(), add_bos=False, special=True)
-    return ids
-
-
-def shared(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def prompt_parts(
@@ -88,11 +73,15 @@ def prompt_parts(
 def read_time(backend: LlamaBackend, system_only: str, prompt: str) -> tuple[float, int]:
     """Seconds to read `prompt` and draw one token with only the system prompt
     cached, and how many tokens were read."""
+    from llama_cpp import Llama
+
     greedy = Sampling(temperature=0.0)
     list(backend.generate(system_only, max_tokens=1, sampling=greedy, probe=None))
-    read = len(tokens(backend, prompt)) - shared(
-        tokens(backend, system_only), tokens(backend, prompt)
+    prompt_ids, cached_ids = (
+        backend._llama.tokenize(text.encode(), add_bos=False, special=True)
+        for text in (prompt, system_only)
     )
+    read = len(prompt_ids) - Llama.longest_token_prefix(prompt_ids, cached_ids)
     started = time.perf_counter()
     list(backend.generate(prompt, max_tokens=1, sampling=greedy, probe=None))
     return time.perf_counter() - started, read
@@ -112,28 +101,18 @@ def run_preset(llm: str, sets: list[str], per_set: int) -> dict[str, Any]:
             config = answer_config_of(app)
         for name in sets:
             evset = eval_sets.load(name)
-            collection = services.store.edge()
             items = evset.passages()
-            for lo in range(0, len(items), 64):
-                r = client.post(
-                    "/upload", json={"store_mode": "text", "items": items[lo : lo + 64]}
-                )
-                assert r.status_code == 200, r.get_json()
+            upload_items(client, items)
             dev = [q for q in evset.questions if q["split"] == "dev"][:per_set]
             for q in dev:
-                question = rag.Question(query=q["q"], top_k=TOP_K)
-                vector = rag.query_vector(collection, question, services.embedder)
-                retriever = StoredCollection(collection, vector, None, embedder=services.embedder)
-                grounding = ground(services.llm, retriever, question, config)
+                _, grounding = grounded(services, config, q["q"])
                 assert grounding.prompt is not None
-                parts = prompt_parts(
-                    lambda text: len(tokens(backend, text)), backend.render, grounding, q["q"]
-                )
+                parts = prompt_parts(backend.count_tokens, backend.render, grounding, q["q"])
                 messages = grounding.prompt.messages
                 system_only = backend.render([messages[0], {"role": "user", "content": "Hi"}])
                 seconds, read = read_time(backend, system_only, backend.render(messages))
                 rows.append({"set": name, "question": q["q"], **parts, "read": read, "s": seconds})
-            collection.delete([it["id"] for it in items])
+            services.store.edge().delete([it["id"] for it in items])
         services.store.close()
     return summary(llm, rows)
 

@@ -191,6 +191,13 @@ def ask_engine(client: Any, collection: str, question: str) -> dict[str, Any]:
     }
 
 
+def upload_items(client: Any, items: list[dict[str, Any]]) -> None:
+    """`items` into the moorcheh store as text, 64 to a request."""
+    for lo in range(0, len(items), 64):
+        r = client.post("/upload", json={"store_mode": "text", "items": items[lo : lo + 64]})
+        assert r.status_code == 200, r.get_json()
+
+
 def upload_engine(client: Any, app: Any, collection: str, documents: list[dict[str, Any]]) -> None:
     from flask import current_app
 
@@ -289,9 +296,7 @@ def run_set(
         services = load_services(settings)
         app = create_app(settings, services)
         client = app.test_client()
-        for lo in range(0, len(items), 64):
-            r = client.post("/upload", json={"store_mode": "text", "items": items[lo : lo + 64]})
-            assert r.status_code == 200, r.get_json()
+        upload_items(client, items)
         collection = services.store.edge()
         if "engine" in surfaces:  # files are uploaded whole: the server chunks them
             upload_engine(client, app, collection_name(name), evset.documents)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from benches.prompt_cost import prompt_parts, shared
+from benches.prompt_cost import prompt_parts
 from flask_app.inference.llm import ChatMessage
 from flask_app.rag import evidence
 from flask_app.rag.answer import Grounding
@@ -59,9 +59,3 @@ def test_parts_add_up_and_the_best_unit_is_counted_apart() -> None:
         sum(parts[k] for k in ("system", "units", "neighbours", "question", "rest"))
         == (parts["whole"])
     )
-
-
-def test_shared_counts_the_common_start() -> None:
-    assert shared([1, 2, 3, 4], [1, 2, 9]) == 2
-    assert shared([1, 2], [1, 2, 3]) == 2
-    assert shared([], [1]) == 0
