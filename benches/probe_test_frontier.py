@@ -25,9 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benches.gate_grid import outcome
 from flask_app.inference.presets import PRESETS
 
-# (dev refusal target, the threshold dev's out-of-fold probabilities gave it)
+# (dev refusal target, the threshold dev's out-of-fold probabilities gave it),
+# per preset and the evidence rule its probe was collected on (the run's
+# settings say which: `evidence_alone_words`, absent in runs made before it)
 DEV_FRONTIER = {
-    "qwen2.5-coder-0.5b": [
+    ("qwen2.5-coder-0.5b", None): [  # the probe as first shipped
         (70, 0.29),
         (75, 0.37),
         (80, 0.4653),
@@ -36,7 +38,16 @@ DEV_FRONTIER = {
         (92, 0.67),
         (95, 0.72),
     ],
-    "qwen2.5-coder-1.5b": [
+    ("qwen2.5-coder-0.5b", 15): [  # evidence units of >= 15 words alone
+        (70, 0.275),
+        (75, 0.279),
+        (80, 0.3168),
+        (85, 0.420),
+        (90, 0.474),
+        (92, 0.486),
+        (95, 0.600),
+    ],
+    ("qwen2.5-coder-1.5b", None): [
         (70, 0.30),
         (75, 0.39),
         (80, 0.51),
@@ -69,12 +80,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="an --ungated benches/rag_eval.py run on test")
     args = parser.parse_args()
-    answers = json.loads(args.run.read_text())["answers"]
+    run = json.loads(args.run.read_text())
+    answers = run["answers"]
     print(
         "| dev target | model | threshold | test: refused / correct | town-notices | product-help |"
     )
     print("|---|---|---|---|---|---|")
-    for llm, points in DEV_FRONTIER.items():
+    for llm, settings in run["settings"].items():
+        points = DEV_FRONTIER[(llm, settings.get("evidence_alone_words"))]
         rows = [
             r
             for r in answers
