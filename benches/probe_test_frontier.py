@@ -47,7 +47,16 @@ DEV_FRONTIER = {
         (92, 0.486),
         (95, 0.600),
     ],
-    ("qwen2.5-coder-1.5b", None): [
+    ("qwen2.5-coder-1.5b", 15): [  # evidence units of >= 15 words alone
+        (70, 0.200),
+        (75, 0.253),
+        (80, 0.304),
+        (85, 0.347),
+        (90, 0.445),
+        (92, 0.5423),
+        (95, 0.717),
+    ],
+    ("qwen2.5-coder-1.5b", None): [  # the probe as first shipped
         (70, 0.30),
         (75, 0.39),
         (80, 0.51),

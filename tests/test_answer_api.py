@@ -451,9 +451,7 @@ def test_python_client_answers(slow_server: tuple[str, ScriptedBackend, LLM]) ->
         assert info.value.status_code == 400
 
 
-@pytest.mark.parametrize(
-    ("llm", "alone"), [("qwen2.5-coder-0.5b", 15), ("qwen2.5-coder-1.5b", None)]
-)
+@pytest.mark.parametrize(("llm", "alone"), [("qwen2.5-coder-0.5b", 15), ("qwen2.5-coder-1.5b", 15)])
 def test_each_preset_shapes_its_evidence_as_its_probe_was_collected(
     tmp_path: Path, llm: str, alone: int | None
 ) -> None:

@@ -52,7 +52,7 @@ def test_the_llm_flag_picks_a_preset_file_and_its_calibrated_gates() -> None:
     assert other.calibration() == PRESETS["qwen2.5-coder-0.5b"].calibration
     # the evidence's shape is the one each preset's probe was collected on
     assert other.calibration().evidence_alone_words == 15
-    assert big.calibration().evidence_alone_words is None
+    assert big.calibration().evidence_alone_words == 15
 
 
 @pytest.mark.parametrize(

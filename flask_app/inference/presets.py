@@ -93,7 +93,7 @@ QWEN_15B = LLMPreset(
         1_066_227_264,
     ),
     default_quant="q4_0",
-    calibration=AnswerCalibration(refusal_probability=0.3, judge=0.5),
+    calibration=AnswerCalibration(refusal_probability=0.3, judge=0.5, evidence_alone_words=15),
 )
 
 PRESETS = {preset.name: preset for preset in (QWEN_05B, QWEN_15B)}
