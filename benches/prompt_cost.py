@@ -77,11 +77,8 @@ def read_time(backend: LlamaBackend, system_only: str, prompt: str) -> tuple[flo
 
     greedy = Sampling(temperature=0.0)
     list(backend.generate(system_only, max_tokens=1, sampling=greedy, probe=None))
-    prompt_ids, cached_ids = (
-        backend._llama.tokenize(text.encode(), add_bos=False, special=True)
-        for text in (prompt, system_only)
-    )
-    read = len(prompt_ids) - Llama.longest_token_prefix(prompt_ids, cached_ids)
+    prompt_ids = backend.tokens(prompt)
+    read = len(prompt_ids) - Llama.longest_token_prefix(prompt_ids, backend.tokens(system_only))
     started = time.perf_counter()
     list(backend.generate(prompt, max_tokens=1, sampling=greedy, probe=None))
     return time.perf_counter() - started, read

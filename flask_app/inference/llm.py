@@ -268,8 +268,13 @@ class LlamaBackend:
     def n_ctx(self) -> int:
         return self._n_ctx
 
+    def tokens(self, text: str) -> list[int]:
+        """`text`'s token ids as a rendered prompt holds them (no BOS added)."""
+        ids: list[int] = self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        return ids
+
     def count_tokens(self, text: str) -> int:
-        return len(self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+        return len(self.tokens(text))
 
     def render(self, messages: Sequence[ChatMessage]) -> str:
         rendered = self._formatter(messages=list(messages))  # type: ignore[arg-type]
