@@ -7,12 +7,15 @@ measured in turn by one keep-alive `http.client` client:
 - `hooks`: edgerag's app and server (its waitress channel and parser, auth,
   admission, metrics, request ids, the request log) with the same stub route;
 - `edgerag`: the real `/search`;
+- `edgerag-lookahead` (asked for with `--servers`): the same, its server
+  reading every request's socket while the request runs (waitress'
+  lookahead), as it did before only answers asked for that;
 - `bare-granian`, `edgerag-granian` (asked for with `--servers`): the first
   and the last on granian's WSGI interface instead of waitress (granian is
   not one of edgerag's dependencies: `pip install granian==2.8.7` first).
 
     .venv/bin/python benches/request_path.py [--rounds 5] [--requests 300]
-        [--servers bare hooks edgerag bare-granian edgerag-granian]
+        [--servers bare hooks edgerag edgerag-lookahead bare-granian edgerag-granian]
         [--json benches/results/request_path.json]
 
 Then the real route once more, in-process (a WSGI call without a socket),
@@ -47,7 +50,7 @@ import requests
 from tests.http_client import free_port
 
 ROWS, DIM = 1000, 384
-KINDS = ("bare", "hooks", "edgerag", "bare-granian", "edgerag-granian")
+KINDS = ("bare", "hooks", "edgerag", "edgerag-lookahead", "bare-granian", "edgerag-granian")
 RESULTS = [{"id": f"doc-{i}", "score": 0.5, "text": f"passage {i}"} for i in range(10)]
 
 
@@ -153,7 +156,11 @@ def serve(kind: str, port: int, data_dir: Path) -> None:
     if kind == "hooks":
         app.view_functions["moorcheh.search"] = stub
     freeze_startup_objects()  # as `edgerag serve` does
-    make_server(app, host="127.0.0.1", port=port, threads=16).run()
+    server = make_server(app, host="127.0.0.1", port=port, threads=16)
+    if kind == "edgerag-lookahead":  # every request "asks" from its start
+        always = property(lambda _: True, lambda _, value: None)
+        server.channel_class = type("Reading", (server.channel_class,), {"watching": always})
+    server.run()
 
 
 def timed(port: int, body: bytes, count: int) -> list[float]:
@@ -274,7 +281,7 @@ def main() -> None:
                 "round_medians_ms": [round(m, 3) for m in medians[kind]],
             }
             report["servers"][kind] = row
-            print(f"{kind:8s} p50 {row['p50_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms", flush=True)
+            print(f"{kind:17s} p50 {row['p50_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms", flush=True)
         report["steps_ms"] = profiled(source, body, args.requests)
         for name, ms in report["steps_ms"].items():
             print(f"  {name}: {ms:.3f} ms")

@@ -4,6 +4,7 @@ no-context rule, SSE framing over a real socket, disconnects, queueing."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -396,6 +397,32 @@ def test_client_disconnect_stops_generation_and_frees_the_queue(
     assert next(events).event == "token"
     response.close()  # the client goes away mid-answer
     closed_at = time.perf_counter()
+    while (llm.gate.busy or backend.closed_early == 0) and time.perf_counter() - closed_at < 3:
+        time.sleep(0.02)
+    assert backend.closed_early == 1
+    assert not llm.gate.busy
+    assert time.perf_counter() - closed_at < 1.0
+
+
+def test_a_client_leaving_a_whole_answer_stops_generation(
+    slow_server: tuple[str, ScriptedBackend, LLM],
+) -> None:
+    """No token is written before a whole answer ends, so only reading the
+    socket while the request runs can notice the client has gone."""
+    base, backend, llm = slow_server
+    host, port = base.removeprefix("http://").split(":")
+    body = b'{"query": "When did the bridge open?"}'
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(
+            b"POST /answer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        deadline = time.perf_counter() + 3
+        while not llm.gate.busy and time.perf_counter() < deadline:
+            time.sleep(0.01)
+        assert llm.gate.busy
+    closed_at = time.perf_counter()  # 40 tokens x 50 ms would take 2 s
     while (llm.gate.busy or backend.closed_early == 0) and time.perf_counter() - closed_at < 3:
         time.sleep(0.02)
     assert backend.closed_early == 1

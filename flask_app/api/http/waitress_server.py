@@ -102,11 +102,28 @@ LINGER_BYTES = 16 << 20
 
 
 class LingeringChannel(HTTPChannel):
-    """An HTTP channel that lingers (reads and discards) before closing."""
+    """An HTTP channel that lingers (reads and discards) before closing, and
+    reads its socket during a request only once the request asks whether its
+    client has gone."""
 
     lingering = False
     linger_until = 0.0
     linger_left = 0
+    # Reading the socket while every request runs (waitress' lookahead) put
+    # ~2 ms on /search's p99 (docs/performance.md); only answers need it.
+    watching = False
+
+    def check_client_disconnected(self) -> bool:  # type: ignore[override]  # stub says None
+        if not self.watching:
+            self.watching = True
+            self.server.pull_trigger()  # the loop asks readable() again now
+        return not self.connected
+
+    def service(self) -> None:
+        try:
+            super().service()
+        finally:
+            self.watching = False
 
     def handle_close(self) -> None:
         sock = self.socket
@@ -125,6 +142,8 @@ class LingeringChannel(HTTPChannel):
 
     def readable(self) -> bool:
         if not self.lingering:
+            if self.requests and not self.watching:
+                return False  # as waitress without lookahead
             return bool(super().readable())
         if self.linger_left <= 0 or time.monotonic() > self.linger_until:
             self.will_close = True  # closed by handle_write on the loop's next pass
@@ -169,8 +188,8 @@ def make_server(
         "threads": threads,
         "ident": "edgerag",
         "channel_timeout": channel_timeout,
-        # keeps the channel reading while a request runs, so a client that
-        # leaves is noticed (`waitress.client_disconnected`) and its LLM work stops
+        # lets the channel read while a request runs (once it asks), so a client
+        # that leaves is noticed (`waitress.client_disconnected`) and its LLM work stops
         "channel_request_lookahead": 1,
         # reads of up to 256 KB instead of waitress' 8 KB: a 4 MB upload body
         # took ~520 reads, 13 ms on its own (4.7 ms now; docs/performance.md)
