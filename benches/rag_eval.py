@@ -60,10 +60,20 @@ from flask_app.rag.prompts import NO_CONTEXT_ANSWER
 from flask_app.services import load_services
 from flask_app.settings import Settings
 
+# A refusal says the documents lack the answer; an answer may say "not" too
+# ("Chinese doesn't have number", "towels are not provided"), so a negation
+# counts only with what is missing (information, the answer) or where (the
+# documents, the text) beside it.
+_NOT = r"(?:do not|don't|does not|doesn't|cannot|can't|could not|couldn't)"
+_SOURCE = r"(?:documents?|text|context|passages?|sources?)"
 REFUSAL = re.compile(
-    r"(do not|don't|does not|doesn't|cannot|can't) (have|provide|contain|find|answer)"
-    r"|not enough information|no information|not (mentioned|provided|specified|stated|given)"
-    r"|i don't know|not available",
+    rf"{_NOT} answer"
+    rf"|{_NOT} (?:have|provide|contain|find|give|include)"
+    r"(?: \w+){0,3} (?:information|answer|details)"
+    r"|not enough information|no information|i don't know"
+    r"|not (?:mentioned|provided|specified|stated|given|available|included|listed)"
+    rf"(?: \w+){{0,4}} {_SOURCE}"
+    rf"|{_SOURCE} {_NOT} (?:say|mention|specify|state|contain|include|provide)",
     re.IGNORECASE,
 )
 

@@ -40,6 +40,28 @@ def test_score_reports_each_rate_with_its_interval() -> None:
     assert got["correct_refusals"] == 1.0 and got["correct_refusals_95ci"] == wilson(1, 1)
 
 
+def test_a_refusal_is_told_from_an_answer_that_says_not() -> None:
+    refusals = [
+        "I don't have enough information to answer that question.",
+        "The price of the Falcon X4 drone is not provided in the given documents.",
+        "The text does not contain the answer to the question.",
+        "The head teacher at St Anne's is not mentioned in the provided documents.",
+        "The documents don't mention the price.",
+        "There is no information about opening hours.",
+        "I don't know.",
+    ]
+    answers = [  # each answers its question (or is simply wrong), none refuses
+        "Because Chinese doesn't have number as a grammatical category.",
+        "No, you don't have to build your new cycle yourself when it comes.",
+        "Towels are not provided; bring your own.",
+        "Towels are not provided in the changing rooms.",
+        "The gym does not provide towels.",
+        "When the WHEN argument of ls is not specified, it defaults to using color.",
+    ]
+    assert [a for a in refusals if not is_refusal(a)] == []
+    assert [a for a in answers if is_refusal(a)] == []
+
+
 def test_the_closest_line_of_a_declined_question_scores_as_a_refusal() -> None:
     """It holds the fact for "Can I visit on a Monday?", but the model gave
     no verdict: counted as a refusal, never as a correct answer."""
