@@ -9,7 +9,7 @@ measured in turn by one keep-alive `http.client` client:
 - `edgerag`: the real `/search`;
 - `edgerag-lookahead` (asked for with `--servers`): the same, its server
   reading every request's socket while the request runs (waitress'
-  lookahead), as it did before only answers asked for that;
+  lookahead), as it did before it read only for the requests that ask;
 - `bare-granian`, `edgerag-granian` (asked for with `--servers`): the first
   and the last on granian's WSGI interface instead of waitress (granian is
   not one of edgerag's dependencies: `pip install granian==2.8.7` first).
