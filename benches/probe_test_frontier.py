@@ -9,13 +9,17 @@ above the preset's refusal gate) to an ungated run that recorded both.
         benches/results/rag_eval_ungated_test_probe.json
 
 Overall, and for the two sets asked in users' own words. Nothing here is
-chosen: the thresholds are dev's (docs/answer-quality.md, "The dev frontier").
+chosen: the thresholds are dev's (docs/answer-quality.md, "The dev frontier"),
+read from the committed training rows when the run used the probe they make
+(its settings name the threshold the probe was fitted to), else from the
+tables below for the probes runs used before that was recorded.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benches.gate_grid import outcome
 from flask_app.inference.presets import PRESETS
 
-# (dev refusal target, the threshold dev's out-of-fold probabilities gave it),
-# per preset and the evidence rule its probe was collected on (the run's
-# settings say which: `evidence_alone_words`, absent in runs made before it)
+# Runs made before `probe_fitted_threshold` was recorded: (dev refusal target,
+# the threshold dev's out-of-fold probabilities gave it), per preset and the
+# evidence rule its probe was collected on (the run's settings say which:
+# `evidence_alone_words`, absent in runs made before it)
 DEV_FRONTIER = {
     ("qwen2.5-coder-0.5b", None): [  # the probe as first shipped
         (70, 0.29),
@@ -69,6 +74,26 @@ DEV_FRONTIER = {
 OWN_WORDS = ("town-notices", "product-help")
 
 
+def dev_frontier(llm: str, settings: dict[str, Any]) -> list[tuple[int, float]]:
+    """(dev refusal target %, threshold) for the probe the run used."""
+    fitted = settings.get("probe_fitted_threshold")
+    if fitted is None:
+        return DEV_FRONTIER[(llm, settings.get("evidence_alone_words"))]
+    from benches import answer_probe, probe_fit
+
+    rows, choice, _ = answer_probe.load_training(llm)
+    probe = probe_fit.fit(rows, choice)
+    if not math.isclose(probe.threshold, fitted, rel_tol=1e-6):
+        raise SystemExit(
+            f"{llm}: the run's probe was fitted to {fitted}, the committed rows make "
+            f"{probe.threshold}: its dev frontier is not known here"
+        )
+    return [
+        (round(target * 100), probe_fit.threshold_for(rows, probe.oof, target).threshold)
+        for target in answer_probe.DEV_TARGETS
+    ]
+
+
 def served(rows: list[dict[str, Any]], threshold: float, refusal: float) -> str:
     """'refusals / correct' of `rows` gated as served at `threshold`."""
     cut = [
@@ -96,7 +121,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|")
     for llm, settings in run["settings"].items():
-        points = DEV_FRONTIER[(llm, settings.get("evidence_alone_words"))]
+        points = dev_frontier(llm, settings)
         rows = [
             r
             for r in answers
@@ -110,7 +135,7 @@ def main() -> None:
             parts += [
                 served([r for r in rows if r["set"] == s], threshold, refusal) for s in OWN_WORDS
             ]
-            print(f"| {target}% | {llm} | {threshold} | " + " | ".join(parts) + " |")
+            print(f"| {target}% | {llm} | {threshold:.4g} | " + " | ".join(parts) + " |")
 
 
 if __name__ == "__main__":

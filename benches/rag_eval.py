@@ -514,6 +514,8 @@ def main() -> None:
             **dataclasses.asdict(settings.calibration()),
             # the probe's threshold as served (None: the refusal and judge gates decided)
             "probe_threshold": gate.threshold if gate.probe is not None else None,
+            # the threshold the probe file was fitted to: which fit the run used
+            "probe_fitted_threshold": gate.probe.threshold if gate.probe is not None else None,
             "answer_min_score": settings.answer_min_score,
             "context_tokens": settings.context_tokens,
             "quant": settings.quant,

@@ -377,3 +377,19 @@ def test_the_shipped_probe_rebuilds_from_the_committed_rows(preset: str) -> None
 
     made, shipped = probe_document(preset), probe_path(preset).read_text()
     assert differences(json.loads(made), json.loads(shipped)) == []
+
+
+def test_the_test_frontier_reads_the_dev_thresholds_of_the_probe_a_run_used() -> None:
+    """benches/probe_test_frontier.py: the shipped probe's dev frontier comes
+    from the committed rows (its own target gives its threshold); a run of
+    another fit is refused rather than read at thresholds that are not its."""
+    from benches.probe_test_frontier import dev_frontier
+    from flask_app.rag.answerability import probe_path
+
+    shipped = json.loads(probe_path("qwen2.5-coder-0.5b").read_text())["threshold"]
+    points = dict(dev_frontier("qwen2.5-coder-0.5b", {"probe_fitted_threshold": shipped}))
+    assert math.isclose(points[80], shipped, rel_tol=1e-6)  # the 0.5B ships at its 80% target
+    assert list(points.values()) == sorted(points.values())
+    with pytest.raises(SystemExit, match=r"fitted to 0\.3,"):
+        dev_frontier("qwen2.5-coder-0.5b", {"probe_fitted_threshold": 0.3})
+    assert dev_frontier("qwen2.5-coder-0.5b", {"evidence_alone_words": 15})[2] == (80, 0.3168)
