@@ -530,6 +530,12 @@ def fit(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+def dev_frontier(rows: probe_fit.Rows, fitted: probe_fit.Fitted) -> list[probe_fit.Outcome]:
+    """Each of DEV_TARGETS met by `fitted`'s out-of-fold probabilities: the
+    lowest threshold that meets it, and what dev says it gives."""
+    return [probe_fit.threshold_for(rows, fitted.oof, target) for target in DEV_TARGETS]
+
+
 def nested(args: argparse.Namespace) -> None:
     """Does the threshold read off out-of-fold probabilities hold for the probe
     that ships? Each dev row scored by the whole fit made without its fold,
@@ -540,8 +546,7 @@ def nested(args: argparse.Namespace) -> None:
         p_nested, thresholds = probe_fit.nested(rows, choice)
         print(f"{llm}: threshold {shipped.threshold:.3f}; each fold's: ", end="")
         print(", ".join(f"{t:.3f}" for t in thresholds))
-        for target in DEV_TARGETS:
-            oof = probe_fit.threshold_for(rows, shipped.oof, target)
+        for target, oof in zip(DEV_TARGETS, dev_frontier(rows, shipped), strict=True):
             held = probe_fit.outcome(rows, p_nested, oof.threshold)
             print(
                 f"  target {target:.0%}: threshold {oof.threshold:.3f}, out-of-fold "

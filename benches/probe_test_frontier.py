@@ -88,9 +88,10 @@ def dev_frontier(llm: str, settings: dict[str, Any]) -> list[tuple[int, float]]:
             f"{llm}: the run's probe was fitted to {fitted}, the committed rows make "
             f"{probe.threshold}: its dev frontier is not known here"
         )
+    points = answer_probe.dev_frontier(rows, probe)
     return [
-        (round(target * 100), probe_fit.threshold_for(rows, probe.oof, target).threshold)
-        for target in answer_probe.DEV_TARGETS
+        (round(target * 100), point.threshold)
+        for target, point in zip(answer_probe.DEV_TARGETS, points, strict=True)
     ]
 
 

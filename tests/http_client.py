@@ -94,6 +94,15 @@ class OverSocket:
         self.session.close()
 
 
+def raw_request(base: str, head: str, body: bytes = b"") -> socket.socket:
+    """A request written by hand on a new connection (`head` without the
+    blank line), left open for the caller to read or drop."""
+    host, port = base.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(head.encode() + b"\r\n\r\n" + body)
+    return sock
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -4,7 +4,6 @@ no-context rule, SSE framing over a real socket, disconnects, queueing."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from flask_app.rag.text import asks_yes_or_no
 from flask_app.services import assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
-from tests.http_client import serve_in_thread
+from tests.http_client import raw_request, serve_in_thread
 from tests.test_moorcheh_api import unit
 
 DOCS = [
@@ -410,14 +409,12 @@ def test_a_client_leaving_a_whole_answer_stops_generation(
     """No token is written before a whole answer ends, so only reading the
     socket while the request runs can notice the client has gone."""
     base, backend, llm = slow_server
-    host, port = base.removeprefix("http://").split(":")
     body = b'{"query": "When did the bridge open?"}'
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(
-            b"POST /answer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
+    head = (
+        "POST /answer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}"
+    )
+    with raw_request(base, head, body):
         deadline = time.perf_counter() + 3
         while not llm.gate.busy and time.perf_counter() < deadline:
             time.sleep(0.01)

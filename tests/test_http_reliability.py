@@ -28,7 +28,7 @@ from flask_app.inference.llm import LLM
 from flask_app.services import Services, assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
-from tests.http_client import free_port, serve_in_thread, start_server
+from tests.http_client import free_port, raw_request, serve_in_thread, start_server
 
 
 def make(
@@ -56,13 +56,6 @@ def texts_app(tmp_path: Path) -> Iterator[tuple[str, ScriptedBackend, Services]]
     )
     with serve_in_thread(app, threads=settings.http_threads) as base:
         yield base, backend, services
-
-
-def raw_request(base: str, head: str, body: bytes = b"") -> socket.socket:
-    host, port = base.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(head.encode() + b"\r\n\r\n" + body)
-    return sock
 
 
 def read_reply(sock: socket.socket, timeout: float) -> tuple[int, str]:
