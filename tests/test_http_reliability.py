@@ -19,8 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 import requests
-from flask import Flask
+from flask import Flask, request
 
+from flask_app.api.http import admission
+from flask_app.api.http.json_body import BadRequest
 from flask_app.api.http.waitress_server import LINGER_BYTES
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
@@ -228,6 +230,30 @@ def test_a_wrong_content_type_is_refused_before_the_body(
     sock.close()
     assert status == 415 and "Content-Type must be application/json" in body
     assert time.perf_counter() - started < 2.0
+
+
+def test_the_apps_hook_leaves_to_the_server_what_its_parser_checked() -> None:
+    """Under edgerag's server the parser applies the body rules, so the app's
+    hook does not check them again; under any other server (here the test
+    client) the hook refuses as before."""
+    app = Flask(__name__)
+    admission.install(app)
+    app.register_error_handler(BadRequest, lambda e: (e.message, e.status))
+
+    @app.post("/echo")
+    def echo() -> str:
+        return str(admission.ADMITTED in request.environ)
+
+    wrong = {"data": b"x", "content_type": "text/plain"}
+    assert app.test_client().post("/echo", **wrong).status_code == 415
+    told = app.test_client().post("/echo", environ_overrides={admission.ADMITTED: True}, **wrong)
+    assert told.status_code == 200
+    with serve_in_thread(app) as base:
+        served = requests.post(f"{base}/echo", json={}, timeout=10)
+        assert served.text == "True"
+        plain = {"Content-Type": "text/plain"}
+        refused = requests.post(f"{base}/echo", data=b"x", headers=plain, timeout=10)
+        assert refused.status_code == 415
 
 
 # --- 9. a stream closed before it started releases the model --------------------------

@@ -5,7 +5,8 @@ A body larger than the route allows gets 413 as soon as the declared size
 type the route does not take gets 415 at once. The check runs twice with the
 same rules: inside the WSGI server's request parser (`edgerag serve`, so
 nothing past the limit is ever buffered) and as a Flask `before_request` hook
-(every other server, and the test client). Either way the refusal is rendered
+for every other server and the test client (a request the parser admitted
+carries `ADMITTED` in its environ and skips it). Either way the refusal is rendered
 by the app's own error handlers, so each surface keeps its error shape.
 
 Every route takes JSON up to the server's `--max-body-mb`; a surface may
@@ -23,6 +24,8 @@ from werkzeug.exceptions import HTTPException
 from flask_app.api.http.json_body import BadRequest
 
 JSON_TYPES = ("application/json", "+json")
+# Set by edgerag's waitress server on every request its parser checked.
+ADMITTED = "edgerag.admitted"
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,8 @@ def install(app: Flask) -> None:
 
     @app.before_request
     def admit() -> None:
-        if request.url_rule is None:
-            return  # no route: Flask answers 404/405
+        if request.url_rule is None or ADMITTED in request.environ:
+            return  # no route (Flask answers 404/405), or the server checked it
         rule = body_rule(app, request.method, request.path, matched=True)
         chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
         refused = refusal(rule, request.content_type, request.content_length, chunked)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from flask_app.store.unit import MIN_NORM, first_unusable_row
+from flask_app.store.unit import MIN_NORM, all_measurable, first_unusable_row
 
 
 class VectorError(ValueError):
@@ -22,6 +22,8 @@ def check_matrix(
     dim = int(matrix.shape[1]) if matrix.ndim == 2 else 0
     if not min_dim <= dim <= max_dim:
         raise VectorError(f"{label(0)} has {dim} dimensions; allowed: {min_dim} to {max_dim}")
+    if all_measurable(matrix):
+        return matrix  # finite, non-zero, with a direction: the checks below would pass
     finite = np.isfinite(matrix).all(axis=1)
     if not finite.all():
         raise VectorError(f"{label(int(np.argmin(finite)))} has a value outside the float32 range")

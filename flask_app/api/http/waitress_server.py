@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from flask import Flask
@@ -14,7 +15,7 @@ from waitress.parser import HTTPRequestParser
 from waitress.server import create_server
 from waitress.utilities import Error, RequestEntityTooLarge
 
-from flask_app.api.http.admission import BodyRule, body_rule, refusal, too_large
+from flask_app.api.http.admission import ADMITTED, BodyRule, body_rule, refusal, too_large
 from flask_app.api.http.json_body import BadRequest
 
 
@@ -197,9 +198,20 @@ def make_server(
     }
     if limit:
         options["max_request_body_size"] = limit + 1  # the app's rules refuse first
-    server = create_server(app, **options)
+    server = create_server(_admitted(app), **options)
     server.channel_class = Channel  # type: ignore[union-attr]  # one host: never multi-socket
     return server
+
+
+def _admitted(app: Flask) -> Callable[[dict[str, Any], Any], Iterable[bytes]]:
+    """`app`, told that the parser has applied its body rules: the same check
+    as a Flask hook would cost every request ~20 µs for nothing."""
+
+    def wsgi(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        environ[ADMITTED] = True
+        return app(environ, start_response)
+
+    return wsgi
 
 
 def serve(app: Flask, *, host: str, port: int, threads: int, channel_timeout: float) -> None:
