@@ -2,12 +2,12 @@
 
 A body larger than the route allows gets 413 as soon as the declared size
 (Content-Length) or the received size (chunked) passes the limit; a body of a
-type the route does not take gets 415 at once. The check runs twice with the
-same rules: inside the WSGI server's request parser (`edgerag serve`, so
-nothing past the limit is ever buffered) and as a Flask `before_request` hook
-for every other server and the test client (a request the parser admitted
-carries `ADMITTED` in its environ and skips it). Either way the refusal is rendered
-by the app's own error handlers, so each surface keeps its error shape.
+type the route does not take gets 415 at once. The check runs in one of two
+places with the same rules: inside the WSGI server's request parser (`edgerag
+serve`, so nothing past the limit is ever buffered; the request then carries
+`ADMITTED` in its environ) or as a Flask `before_request` hook (every other
+server, and the test client). Either way the refusal is rendered by the app's
+own error handlers, so each surface keeps its error shape.
 
 Every route takes JSON up to the server's `--max-body-mb`; a surface may
 give a path a smaller limit (`EDGERAG_BODY_LIMITS`) or more types
