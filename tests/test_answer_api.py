@@ -170,6 +170,27 @@ def test_a_declined_yes_or_no_question_gets_its_closest_evidence_quoted(tmp_path
     assert Settings.load({}, {}).yes_no_quote() == AnswerConfig().quote_yes_no
 
 
+def test_a_declined_question_about_one_product_never_quotes_its_siblings_sheet(
+    tmp_path: Path,
+) -> None:
+    """The P3's "not for swimming" is the line closest to "Can I go swimming
+    with my P5?" and would read as the P5's answer: it is not quoted."""
+    backend = ScriptedBackend("Yes.", refusal_probability=0.9)
+    app = build(tmp_path, backend, answer_yes_no_quote=0.1)
+    p3_line = "Rated IPX4: safe with sweat and rain, but not for swimming."
+    p5_line = "Rated IPX7: they survive being submerged for 30 minutes."
+    sheets = [
+        {"id": "p3", "text": f"Pulse P3 earbuds.\n\n{p3_line}"},
+        {"id": "p5", "text": f"Pulse P5 earbuds.\n\n{p5_line}"},
+    ]
+    client = app.test_client()
+    assert client.post("/upload", json={"store_mode": "text", "items": sheets}).status_code == 200
+    body = client.post("/answer", json={"query": "Can I go swimming with my P3?"}).get_json()
+    assert body["answer"].endswith(f'"{p3_line}"')
+    body = client.post("/answer", json={"query": "Can I go swimming with my P5?"}).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER
+
+
 @pytest.mark.parametrize(
     ("question", "yes_or_no"),
     [

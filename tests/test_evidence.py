@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.rag import evidence, retrieval
@@ -19,7 +21,7 @@ from flask_app.rag.answer import (
     restates,
 )
 from flask_app.rag.pipeline import Question
-from flask_app.rag.text import STOPWORDS, stem, term_set, terms, units
+from flask_app.rag.text import STOPWORDS, codes, stem, term_set, terms, units
 from flask_app.store import Collection, Hit
 
 PDB = (
@@ -163,6 +165,51 @@ def test_the_closest_unit_in_meaning_states_something() -> None:
     assert sel.closest is not None and sel.closest.text.startswith("Rated IPX4")
     assert sel.closest_meaning == 0.5 and sel.closest.passage == 0
     assert evidence.select(question, [sheet, hours]).closest is None
+
+
+def test_the_closest_unit_is_not_taken_from_another_products_passage() -> None:
+    """Asked about the P5, the P3 sheet's "not for swimming" line reads as
+    close as the P5's own and says the opposite: a passage naming product
+    codes, none of them the question's, gives no closest unit; one naming
+    no code (a later chunk of the same manual) still may."""
+    p3 = "Pulse P3 earbuds.\n\nRated IPX4: safe with sweat and rain, but not for swimming."
+    p5 = "Pulse P5 earbuds.\n\nRated IPX7: they survive being submerged for 30 minutes."
+    later = "The case charges wirelessly on any Qi pad overnight."
+    cosines = {
+        "Rated IPX4: safe with sweat and rain, but not for swimming.": 0.7,
+        "Rated IPX7: they survive being submerged for 30 minutes.": 0.5,
+        later: 0.4,
+    }
+
+    def closeness(texts: Sequence[str]) -> list[float]:
+        return [cosines.get(t, 0.3) for t in texts]
+
+    def closest(question: str, passages: list[str]) -> str:
+        sel = evidence.select(question, passages, evidence.Scoring(), closeness)
+        return "" if sel.closest is None else sel.closest.text
+
+    assert closest("Can I go swimming with the P5?", [p3, p5]).startswith("Rated IPX7")
+    # the P5's heading alone: nothing about the P5 states anything
+    assert closest("Can I go swimming with the P5's?", [p3, "Pulse P5 earbuds."]) == ""
+    assert closest("Can I go swimming with the P5?", [p3, "Pulse P5 earbuds.", later]) == later
+    # a code no passage names tells nothing apart
+    assert closest("Can I go swimming with the P7?", [p3, p5]).startswith("Rated IPX4")
+    # a question naming no code, or the P3, may still get the P3's line
+    assert closest("Can I go swimming with these?", [p3, p5]).startswith("Rated IPX4")
+    assert closest("Can I go swimming with my P3s?", [p3, p5]).startswith("Rated IPX4")
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("Can I wear my P3 earbuds in the pool?", {"p3"}),
+        ("My P3s won't pair, and the AX3000's light is red", {"p3", "ax3000"}),
+        ("Rated IPX7 (x86-64 build)", {"ipx7", "x86"}),
+        ("On the 19th at 4pm, sort by 2K or str.zfill in utf-8", set()),
+    ],
+)
+def test_product_codes_are_letters_then_a_digit(text: str, named: set[str]) -> None:
+    assert codes(text) == named
 
 
 def test_a_citation_points_at_the_sentence_holding_the_answer() -> None:

@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from flask_app.rag.text import Unit, term_set, terms, units, words
+from flask_app.rag.text import Unit, codes, term_set, terms, units, words
 from flask_app.rag.text import sentences as text_sentences
 
 
@@ -68,9 +68,10 @@ class Selection:
     pieces: list[Evidence]  # grouped by passage, best passage first, text order inside
     best: Evidence | None  # the single best unit
     best_score: float
-    # of the chosen units that state something (not a heading or a label),
-    # the one closest in meaning to the question, and that cosine (None:
-    # meaning was not measured, or every chosen unit is a heading)
+    # of the chosen units that state something (not a heading or a label)
+    # in a passage not about another product than the question's, the one
+    # closest in meaning to the question, and that cosine (None: meaning was
+    # not measured, or no chosen unit qualifies)
     closest: Evidence | None = None
     closest_meaning: float | None = None
 
@@ -171,7 +172,8 @@ def select(
     best = _alone(ranked[0])
     if cosines is None:
         return Selection(pieces, best, ranked[0].score)
-    closest = _closest_statement(chosen, dict(zip(slots, cosines, strict=True)))
+    about = on_subject(question, passages)
+    closest = _closest_statement(chosen, dict(zip(slots, cosines, strict=True)), about)
     if closest is None:
         return Selection(pieces, best, ranked[0].score)
     unit, meaning = closest
@@ -265,12 +267,28 @@ def _pieces(
     return pieces
 
 
+def on_subject(question: str, passages: Sequence[str]) -> list[bool]:
+    """Per passage, whether it may be about what the question asks: not when
+    it names product codes and none of the question's (the P3's sheet, asked
+    about the P5). A passage naming no code (a later chunk of a manual) may
+    be; a code no passage names ("IPv6" over a router that never says it)
+    tells nothing apart and is not counted."""
+    held = [codes(text) for text in passages]
+    named = codes(question) & set().union(*held)
+    return [not named or not h or bool(named & h) for h in held]
+
+
 def _closest_statement(
-    chosen: list[_Scored], cosine: dict[Slot, float]
+    chosen: list[_Scored], cosine: dict[Slot, float], about: list[bool]
 ) -> tuple[_Scored, float] | None:
-    """Of the chosen units that state something (not a heading or a label),
-    the one closest in meaning to the question, with its cosine."""
-    statements = [s for s in chosen if len(words(s.unit.text)) >= STATEMENT_WORDS]
+    """Of the chosen units that state something (not a heading or a label)
+    in a passage `about` the question's subject, the one closest in meaning
+    to the question, with its cosine. A sibling product's sentence ("Rated
+    IPX4: … not for swimming." from the P3's sheet, asked about the P5)
+    reads as close as the right one and says the opposite."""
+    statements = [
+        s for s in chosen if len(words(s.unit.text)) >= STATEMENT_WORDS and about[s.passage]
+    ]
     if not statements:
         return None
     closest = max(statements, key=lambda s: cosine[(s.passage, s.index)])
