@@ -170,11 +170,12 @@ def test_a_declined_yes_or_no_question_gets_its_closest_evidence_quoted(tmp_path
     assert Settings.load({}, {}).yes_no_quote() == AnswerConfig().quote_yes_no
 
 
-def test_a_declined_question_about_one_product_never_quotes_its_siblings_sheet(
+def test_a_question_about_one_product_never_reads_or_quotes_its_siblings_sheet(
     tmp_path: Path,
 ) -> None:
     """The P3's "not for swimming" is the line closest to "Can I go swimming
-    with my P5?" and would read as the P5's answer: it is not quoted."""
+    with my P5?" and would read as the P5's answer: it is neither shown to
+    the model nor quoted."""
     backend = ScriptedBackend("Yes.", refusal_probability=0.9)
     app = build(tmp_path, backend, answer_yes_no_quote=0.1)
     p3_line = "Rated IPX4: safe with sweat and rain, but not for swimming."
@@ -189,6 +190,9 @@ def test_a_declined_question_about_one_product_never_quotes_its_siblings_sheet(
     assert body["answer"].endswith(f'"{p3_line}"')
     body = client.post("/answer", json={"query": "Can I go swimming with my P5?"}).get_json()
     assert body["answer"] == NO_CONTEXT_ANSWER
+    # nor does the model read it: the P3's sheet is not in the prompt
+    assert p5_line in backend.prompts[-1] and p3_line not in backend.prompts[-1]
+    assert "p3" not in [s["id"] for s in body["sources"]]
 
 
 @pytest.mark.parametrize(

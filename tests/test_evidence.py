@@ -167,11 +167,11 @@ def test_the_closest_unit_in_meaning_states_something() -> None:
     assert evidence.select(question, [sheet, hours]).closest is None
 
 
-def test_the_closest_unit_is_not_taken_from_another_products_passage() -> None:
+def test_no_evidence_is_taken_from_another_products_passage() -> None:
     """Asked about the P5, the P3 sheet's "not for swimming" line reads as
     close as the P5's own and says the opposite: a passage naming product
-    codes, none of them the question's, gives no closest unit; one naming
-    no code (a later chunk of the same manual) still may."""
+    codes, none of them the question's, gives no evidence; one naming no
+    code (a later chunk of the same manual) still may."""
     p3 = "Pulse P3 earbuds.\n\nRated IPX4: safe with sweat and rain, but not for swimming."
     p5 = "Pulse P5 earbuds.\n\nRated IPX7: they survive being submerged for 30 minutes."
     later = "The case charges wirelessly on any Qi pad overnight."
@@ -192,6 +192,9 @@ def test_the_closest_unit_is_not_taken_from_another_products_passage() -> None:
     # the P5's heading alone: nothing about the P5 states anything
     assert closest("Can I go swimming with the P5's?", [p3, "Pulse P5 earbuds."]) == ""
     assert closest("Can I go swimming with the P5?", [p3, "Pulse P5 earbuds.", later]) == later
+    # nor is any of its units evidence
+    chosen = evidence.select("Can I go swimming with the P5?", [p3, p5], evidence.Scoring())
+    assert {piece.passage for piece in chosen.pieces} == {1}
     # a code no passage names tells nothing apart
     assert closest("Can I go swimming with the P7?", [p3, p5]).startswith("Rated IPX4")
     # a question naming no code, or the P3, may still get the P3's line

@@ -10,6 +10,9 @@ to..."; a long unit alone where the preset says so), become the prompt's
 text instead of whole passages: the small model
 sees the lines that answer, and the prompt stays short.
 
+A passage naming product codes ("P3", "AX3000"), none of them the
+question's, is about a sibling product and is left out (`on_subject`).
+
 The best unit's score is reported with the answer (`evidence_score`); it
 decides nothing (a question asked in other words than its passage shares few
 of its words). Every selected piece keeps its passage id and code-point
@@ -68,10 +71,9 @@ class Selection:
     pieces: list[Evidence]  # grouped by passage, best passage first, text order inside
     best: Evidence | None  # the single best unit
     best_score: float
-    # of the chosen units that state something (not a heading or a label)
-    # in a passage not about another product than the question's, the one
-    # closest in meaning to the question, and that cosine (None: meaning was
-    # not measured, or no chosen unit qualifies)
+    # of the chosen units that state something (not a heading or a label),
+    # the one closest in meaning to the question, and that cosine (None:
+    # meaning was not measured, or every chosen unit is a heading)
     closest: Evidence | None = None
     closest_meaning: float | None = None
 
@@ -154,11 +156,16 @@ def select(
     scoring: Scoring = Scoring(),
     closeness: Closeness | None = None,
 ) -> Selection:
-    """The evidence for `question` in `passages`: every passage cut into
-    units, each unit scored (shared words, and meaning when `closeness` can
-    measure it), the best `units_wanted` kept with their neighbours, and
-    each passage's kept units joined into contiguous pieces."""
-    per_passage = [units(text) for text in passages]
+    """The evidence for `question` in `passages`: every passage not about
+    another product (`on_subject`) cut into units, each unit scored (shared
+    words, and meaning when `closeness` can measure it), the best
+    `units_wanted` kept with their neighbours, and each passage's kept units
+    joined into contiguous pieces."""
+    # a passage about another product than the question's is not evidence:
+    # the P3's "not for swimming" reads as close to a question about the P5
+    # as the P5's own line, and both models answered from the wrong sheet
+    about = on_subject(question, passages)
+    per_passage = [units(text) if on else [] for text, on in zip(passages, about, strict=True)]
     slots = _first_units(per_passage, scoring.max_units)
     if not slots:
         return Selection([], None, 0.0)
@@ -172,8 +179,7 @@ def select(
     best = _alone(ranked[0])
     if cosines is None:
         return Selection(pieces, best, ranked[0].score)
-    about = on_subject(question, passages)
-    closest = _closest_statement(chosen, dict(zip(slots, cosines, strict=True)), about)
+    closest = _closest_statement(chosen, dict(zip(slots, cosines, strict=True)))
     if closest is None:
         return Selection(pieces, best, ranked[0].score)
     unit, meaning = closest
@@ -279,16 +285,11 @@ def on_subject(question: str, passages: Sequence[str]) -> list[bool]:
 
 
 def _closest_statement(
-    chosen: list[_Scored], cosine: dict[Slot, float], about: list[bool]
+    chosen: list[_Scored], cosine: dict[Slot, float]
 ) -> tuple[_Scored, float] | None:
-    """Of the chosen units that state something (not a heading or a label)
-    in a passage `about` the question's subject, the one closest in meaning
-    to the question, with its cosine. A sibling product's sentence ("Rated
-    IPX4: … not for swimming." from the P3's sheet, asked about the P5)
-    reads as close as the right one and says the opposite."""
-    statements = [
-        s for s in chosen if len(words(s.unit.text)) >= STATEMENT_WORDS and about[s.passage]
-    ]
+    """Of the chosen units that state something (not a heading or a label),
+    the one closest in meaning to the question, with its cosine."""
+    statements = [s for s in chosen if len(words(s.unit.text)) >= STATEMENT_WORDS]
     if not statements:
         return None
     closest = max(statements, key=lambda s: cosine[(s.passage, s.index)])
