@@ -36,20 +36,16 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
-# A model or product code: letters, then a digit ("P5", "AX3000", "IPX7").
-_CODE = re.compile(r"[a-z]+\d[a-z\d]*")
+# A model or product code: a word of letters, then a digit ("P5", "AX3000",
+# "IPX7"); a plural "s" right after a digit is left out of the group.
+_CODE = re.compile(r"\b([a-z]+\d[a-z\d]*?)(?:(?<=\d)s)?\b")
 
 
 def codes(text: str) -> set[str]:
     """The model or product codes `text` names ("the P3s", "AX3000's"),
-    lower-cased, a plural "s" after the digit dropped: what tells one
-    product's passage from its sibling's when the words around are the same."""
-    found: set[str] = set()
-    for word in words(text):
-        for part in re.split(r"[._:-]", word):
-            if _CODE.fullmatch(part):
-                found.add(re.sub(r"(?<=\d)s$", "", part))
-    return found
+    lower-cased: what tells one product's passage from its sibling's when
+    the words around are the same."""
+    return set(_CODE.findall(text.lower().replace("_", " ")))
 
 
 # Auxiliaries that open a question answered by yes or no ("Can I …?", "Is there …?").
