@@ -145,6 +145,39 @@ def test_another_documents_facts_are_not_given_as_the_answer(
     assert body["answer"] == NO_CONTEXT_ANSWER, body
 
 
+EARBUDS = [
+    {
+        "id": "p3",
+        "text": "Pulse P3 earbuds. Up to 7 hours of listening per charge. Rated IPX4: safe "
+        "with sweat and rain, but not for swimming.",
+    },
+    {
+        "id": "p5",
+        "text": "Pulse P5 earbuds. Up to 9 hours of listening per charge. Rated IPX7: they "
+        "survive being submerged for 30 minutes at a depth of 1 metre.",
+    },
+]
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["Can I go swimming with the P5?", "How long do the P5 earbuds play on one charge?"],
+)
+def test_a_question_about_one_product_is_not_answered_from_its_siblings_sheet(
+    server: str, question: str
+) -> None:
+    """The P3's sheet reads as close to a question about the P5 as the P5's
+    own: it is neither shown to the model nor quoted (docs/answer-quality.md,
+    "Another product's passage is not evidence")."""
+    assert requests.delete(server + "/store", timeout=10).ok
+    items = {"store_mode": "text", "items": EARBUDS}
+    assert requests.post(server + "/upload", json=items, timeout=60).status_code == 200
+    body = answer(server, {"query": question})
+    assert [source["id"] for source in body["sources"]] == ["p5"], body
+    said = str(body["answer"]).lower()
+    assert not any(fact in said for fact in ("7 hours", "ipx4", "not for swimming")), body
+
+
 def test_the_moorcheh_documentations_football_example(server: str, tmp_path: Path) -> None:
     assert requests.delete(server + "/store", timeout=10).ok
     vector = np.random.default_rng(7).standard_normal(384)
