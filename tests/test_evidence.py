@@ -209,6 +209,8 @@ def test_no_evidence_is_taken_from_another_products_passage() -> None:
         ("My P3s won't pair, and the AX3000's light is red", {"p3", "ax3000"}),
         ("Rated IPX7 (x86-64 build)", {"ipx7", "x86"}),
         ("On the 19th at 4pm, sort by 2K or str.zfill in utf-8", set()),
+        # an underscore separates words; only an "s" right after a digit is a plural
+        ("I_found_X1_files in r\\xe9pertoires", {"x1", "xe9pertoires"}),
     ],
 )
 def test_product_codes_are_letters_then_a_digit(text: str, named: set[str]) -> None:
