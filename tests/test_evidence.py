@@ -202,6 +202,21 @@ def test_no_evidence_is_taken_from_another_products_passage() -> None:
     assert closest("Can I go swimming with my P3s?", [p3, p5]).startswith("Rated IPX4")
 
 
+def test_a_feature_code_does_not_make_a_passage_another_products() -> None:
+    """A sheet is about the code it names first: "IPv6" in a question names a
+    feature, not a product, and leaves the router's sheet (which says
+    "IPv4") in; naming the router keeps its sheet and leaves the mesh's out."""
+    router = "Arc AX3000 router. Dual band, four ports, IPv4 only out of the box."
+    mesh = "Arc R9 mesh. Three units cover a house; IPv6 is on by default."
+    kept = [
+        {piece.passage for piece in evidence.select(question, [router, mesh]).pieces}
+        for question in ("Does it support IPv6?", "Does the AX3000 support IPv6?")
+    ]
+    assert kept == [{0, 1}, {0}]
+    assert evidence.on_subject("Does it support IPv6?", [router, mesh]) == [True, True]
+    assert evidence.on_subject("Is the R9 on IPv6?", [router, mesh]) == [False, True]
+
+
 @pytest.mark.parametrize(
     ("text", "named"),
     [

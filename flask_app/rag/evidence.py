@@ -11,7 +11,9 @@ text instead of whole passages: the small model
 sees the lines that answer, and the prompt stays short.
 
 A passage naming product codes ("P3", "AX3000"), none of them the
-question's, is about a sibling product and is left out (`on_subject`).
+question's, is about a sibling product and is left out (`on_subject`); a
+question's code counts when a passage names it first (a sheet names its
+product before its features).
 
 The best unit's score is reported with the answer (`evidence_score`); it
 decides nothing (a question asked in other words than its passage shares few
@@ -25,7 +27,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from flask_app.rag.text import Unit, codes, term_set, terms, units, words
+from flask_app.rag.text import Unit, codes, leading_code, term_set, terms, units, words
 from flask_app.rag.text import sentences as text_sentences
 
 
@@ -277,10 +279,12 @@ def on_subject(question: str, passages: Sequence[str]) -> list[bool]:
     """Per passage, whether it may be about what the question asks: not when
     it names product codes and none of the question's (the P3's sheet, asked
     about the P5). A passage naming no code (a later chunk of a manual) may
-    be; a code no passage names ("IPv6" over a router that never says it)
-    tells nothing apart and is not counted."""
+    be. Only a question's code that some passage names first counts: that is
+    the product a sheet is about, where "IPv6" in a question is a feature
+    (the router's sheet saying "IPv4" stays) and a code no passage names
+    tells nothing apart."""
     held = [codes(text) for text in passages]
-    named = codes(question) & set().union(*held)
+    named = codes(question) & {leading_code(text) for text in passages}
     return [not named or not h or bool(named & h) for h in held]
 
 

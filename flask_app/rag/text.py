@@ -48,6 +48,13 @@ def codes(text: str) -> set[str]:
     return set(_CODE.findall(text.lower().replace("_", " ")))
 
 
+def leading_code(text: str) -> str | None:
+    """The first code `text` names: the product a sheet is about ("Pulse P5
+    earbuds. Rated IPX7…" → "p5"), where a later code is often a feature."""
+    found = _CODE.search(text.lower().replace("_", " "))
+    return found.group(1) if found else None
+
+
 # Auxiliaries that open a question answered by yes or no ("Can I …?", "Is there …?").
 _YES_NO_OPENERS = frozenset(
     """
