@@ -27,7 +27,10 @@ def test_frozen_objects_are_no_longer_walked(unfrozen: None) -> None:
     kept = [[n] for n in range(1000)]
     assert any(o is kept for o in gc.get_objects())
     frozen = freeze_startup_objects()
-    assert frozen == gc.get_freeze_count() >= 1000
+    assert frozen >= 1000
+    # a frozen object freed since (by another thread: pytest-xdist's I/O)
+    # leaves the permanent generation; nothing else enters it
+    assert frozen - 100 <= gc.get_freeze_count() <= frozen
     assert not any(o is kept for o in gc.get_objects())
     later = [[n] for n in range(10)]
     assert any(o is later for o in gc.get_objects())  # made after: collected as before
