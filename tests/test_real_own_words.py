@@ -74,18 +74,7 @@ def tour(server: str) -> str:
         ("On which day is the museum closed?", "Monday"),
     ],
 )
-def test_the_tours_questions_are_answered(
-    tour: str, question: str, said: str, request: pytest.FixtureRequest
-) -> None:
-    preset = requests.get(tour + "/health", timeout=5).json()["llm"]["preset"]
-    if preset == "qwen2.5-coder-0.5b" and "visitor" in question:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="the 0.5B's answerability probe gives it 0.20, below its threshold "
-                "0.30 (docs/limits.md)",
-            )
-        )
+def test_the_tours_questions_are_answered(tour: str, question: str, said: str) -> None:
     body = answer(tour, {"query": question})
     assert said in str(body["answer"]), body
 
