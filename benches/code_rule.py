@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benches import eval_sets
+from benches.rag_eval import upload_items
 from flask_app.app import create_app
 from flask_app.rag import evidence, retrieval
 from flask_app.rag.answer import AnswerConfig
@@ -41,10 +42,7 @@ def compare(name: str) -> tuple[int, int, int]:
         settings = Settings.load({"data_dir": Path(tmp), "no_llm": True}, {})
         services = load_services(settings)
         client = create_app(settings, services).test_client()
-        documents = evset.passages()
-        for lo in range(0, len(documents), 64):
-            body = {"store_mode": "text", "items": documents[lo : lo + 64]}
-            assert client.post("/upload", json=body).status_code == 200
+        upload_items(client, evset.passages())
         collection = services.store.edge()
         assert services.embedder is not None
         for item in evset.questions:
