@@ -9,7 +9,9 @@ retrieval, evidence units, the preset's prompt — with every gate recording
 and none declining, and keeps for each: the hidden state of the prompt's last
 token at every layer (read from the answer's own prefill), the signals the
 server already has (the first token's refusal probability, the judge's P(yes),
-the evidence score and cosines), the ungated answer and its grade. Each
+the evidence score and cosines), the ungated answer and its grade, and the
+best evidence line a server quoting refusals would answer with instead
+(`quote`, `quote_correct`; see `probe_fit.with_quotes`). Each
 answerable question is asked a second time with every passage that holds its
 fact withheld from the store: an on-topic question whose documents no
 longer answer it (labelled by construction, as `withheld`). Then each
@@ -25,11 +27,13 @@ Rows go to CACHE/answer_probe/<preset>[-reworded|-few].npz (the states) and
     .venv/bin/python benches/answer_probe.py build     # all of it: collect, search, fit
     .venv/bin/python benches/answer_probe.py cost      # time to first token: old gates vs the probe
     .venv/bin/python benches/answer_probe.py nested    # the dev frontier read by the shipped probe
+    .venv/bin/python benches/answer_probe.py quotes    # best evidence lines of committed rows
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -38,11 +42,13 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from flask import Flask
 
 from benches import eval_sets, probe_fit
 from benches.rag_eval import UNGATED, is_refusal, mentions, upload_items
@@ -104,6 +110,8 @@ def ask(services: Services, config: AnswerConfig, query: str) -> dict[str, Any]:
         "top_probability": reading.top_probability,
         "entropy": reading.entropy,
         "prompt": grounding.prompt.messages[-1]["content"],
+        # what a server quoting refusals answers instead (probe_fit.with_quotes)
+        "quote": grounding.quotable(),
         "refusal_probability": stream.outcome.refusal_probability,
         "judge": stream.outcome.answerable_probability,
         "evidence_score": grounding.evidence_score,
@@ -118,10 +126,12 @@ def ask(services: Services, config: AnswerConfig, query: str) -> dict[str, Any]:
 def graded(asked: dict[str, Any], expected: list[str] | None) -> dict[str, Any]:
     refused = is_refusal(asked["answer"])
     holds = expected is not None and mentions(asked["prompt"], expected)
+    quote = asked["quote"]
     return {
         "refused": refused,
         "correct": expected is not None and not refused and mentions(asked["answer"], expected),
         "evidence_holds": holds,
+        "quote_correct": expected is not None and quote is not None and mentions(quote, expected),
     }
 
 
@@ -159,6 +169,20 @@ def notes(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+@contextlib.contextmanager
+def ungated_app(llm: str) -> Iterator[tuple[Services, Flask]]:
+    """An app over an empty store in a temporary directory: every gate
+    records, none declines, the probe is off (what it is made from)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        overrides = {**UNGATED, "answer_probe": "off"}
+        settings = Settings.load({"data_dir": Path(tmp), "llm": llm, **overrides}, os.environ)
+        services = load_services(settings)
+        try:
+            yield services, create_app(settings, services)
+        finally:
+            services.store.close()
+
+
 def collect_set(
     evset: eval_sets.EvalSet,
     llm: str,
@@ -168,12 +192,7 @@ def collect_set(
 ) -> list[dict[str, Any]]:
     items = evset.passages()
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        # every gate records, none declines; the probe is off (what it is made from)
-        overrides = {**UNGATED, "answer_probe": "off"}
-        settings = Settings.load({"data_dir": Path(tmp), "llm": llm, **overrides}, os.environ)
-        services = load_services(settings)
-        app = create_app(settings, services)
+    with ungated_app(llm) as (services, app):
         client = app.test_client()
 
         def upload(batch: list[dict[str, Any]]) -> None:
@@ -226,7 +245,6 @@ def collect_set(
             if not quiet:
                 mark = "ok " if (row["correct"] or (expect is None and row["refused"])) else "BAD"
                 print(f"[{llm} {evset.name} {kind}] {mark} {text}\n      -> {row['answer'][:160]}")
-        services.store.close()
     return rows
 
 
@@ -432,6 +450,8 @@ def search(args: argparse.Namespace) -> None:
             reworded_weight=reworded,
             few_weight=few,
         )
+        quotes = probe_fit.prefers_quotes(rows, choice, refusal_gate(llm))
+        choice = replace(choice, quote_refusals=quotes)
         save_training(llm, meta, rows.hidden, choice, report)
         print(f"{llm}: chose {choice}")
 
@@ -465,6 +485,8 @@ def save_training(
         "best_cosine",
         "top_probability",
         "entropy",
+        "quote",
+        "quote_correct",
     )
     rows = [{k: r[k] for k in keep} for r in meta]
     path = Settings.load({"llm": llm}, os.environ).llm_path()
@@ -486,7 +508,16 @@ def load_training(
     body = json.loads((directory / f"{llm}.json").read_text())
     hidden = np.load(directory / f"{llm}.npy").astype(np.float64)
     choice = probe_fit.Choice(**{**body["choice"], "signals": tuple(body["choice"]["signals"])})
-    return probe_fit.Rows(body["rows"], hidden), choice, body
+    rows = probe_fit.Rows(body["rows"], hidden)
+    if choice.quote_refusals:
+        rows = probe_fit.with_quotes(rows, refusal_gate(llm))
+    return rows, choice, body
+
+
+def refusal_gate(llm: str) -> float:
+    """The first-token refusal probability above which the preset's server
+    stops its model (and quotes, when its probe says so)."""
+    return PRESETS[llm].calibration.refusal_probability
 
 
 def probe_document(llm: str, directory: Path = TRAINING) -> str:
@@ -508,6 +539,7 @@ def probe_document(llm: str, directory: Path = TRAINING) -> str:
             "fill": fitted.fill,
         },
         "threshold": fitted.threshold,
+        "quote_refusals": choice.quote_refusals,
         "trained": {
             "command": f".venv/bin/python benches/answer_probe.py build --llms {llm}",
             "rows": len(rows.meta),
@@ -520,6 +552,69 @@ def probe_document(llm: str, directory: Path = TRAINING) -> str:
         },
     }
     return json.dumps(doc, indent=1) + "\n"
+
+
+def ground_again(evset: eval_sets.EvalSet, llm: str, kinds: set[str]) -> dict[str, str | None]:
+    """Each dev question's best evidence line, by "kind|text", grounded as
+    `collect_set` grounds it (without asking the model): over the whole
+    store (asked, reworded) and over its FEW closest notes (few)."""
+    items = evset.passages()
+    rewordings = json.loads(PARAPHRASES.read_text()) if "reworded" in kinds else {}
+    dev = [q for q in evset.questions if q["split"] == "dev"]
+    out: dict[str, str | None] = {}
+    with ungated_app(llm) as (services, app):
+        client = app.test_client()
+        assert services.embedder is not None
+        with app.app_context():
+            config = answer_config_of(app)
+
+        def best(text: str) -> str | None:
+            return grounded(services, config, text)[1].quotable()
+
+        if "few" in kinds:
+            short = notes(items)
+            embedded = services.embedder.embed([it["text"] for it in short])
+            for q in dev:
+                scores = embedded @ services.embedder.embed([q["q"]])[0]
+                closest = [short[i] for i in np.argsort(-scores, kind="stable")[:FEW]]
+                upload_items(client, closest)
+                out[f"few|{q['q']}"] = best(q["q"])
+                services.store.edge().delete([it["id"] for it in closest])
+        upload_items(client, items)
+        for q in dev:
+            out[f"asked|{q['q']}"] = best(q["q"])
+            for text in rewordings.get(evset.name, {}).get(q["q"], []):
+                out[f"reworded|{text}"] = best(text)
+    return out
+
+
+def quotes(args: argparse.Namespace) -> None:
+    """The committed rows' best evidence lines (`quote`, `quote_correct`),
+    grounded again without the model, and whether dev prefers refusals
+    quoted (`probe_fit.prefers_quotes`): for rows collected before `collect`
+    recorded them."""
+    for llm in args.llms:
+        path = TRAINING / f"{llm}.json"
+        body = json.loads(path.read_text())
+        kinds = {r["kind"] for r in body["rows"]} - {"withheld"}
+        lines: dict[str, str | None] = {}
+        for name in sorted({r["set"] for r in body["rows"]}):
+            lines |= ground_again(eval_sets.load(name), llm, kinds)
+            print(f"{llm}: {name} grounded again", file=sys.stderr)
+        for r in body["rows"]:
+            quote = None if r["kind"] == "withheld" else lines[f"{r['kind']}|{r['question']}"]
+            expected = r["expected"] if r["answerable"] else None
+            r["quote"] = quote
+            r["quote_correct"] = (
+                expected is not None and quote is not None and mentions(quote, expected)
+            )
+        choice = {**body["choice"], "quote_refusals": False}
+        body["choice"] = choice
+        path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
+        rows, plain, _ = load_training(llm)
+        choice["quote_refusals"] = probe_fit.prefers_quotes(rows, plain, refusal_gate(llm))
+        path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
+        print(f"{llm}: quote refusals {choice['quote_refusals']} (wrote {path})")
 
 
 def fit(args: argparse.Namespace) -> None:
@@ -629,6 +724,7 @@ def main() -> None:
         "cost": "time to first token with and without reading the hidden state",
         "reword": "the dev questions in other words, written by the 1.5B (-> benches/results)",
         "nested": "the dev frontier read by the shipped kind of probe (nested folds)",
+        "quotes": "the committed rows' best evidence lines, and whether dev quotes refusals",
     }
     for name, text in steps.items():
         step = sub.add_parser(name, help=text)
@@ -664,6 +760,8 @@ def main() -> None:
         cost(args)
     if args.command == "nested":
         nested(args)
+    if args.command == "quotes":
+        quotes(args)
 
 
 if __name__ == "__main__":

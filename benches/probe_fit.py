@@ -11,6 +11,11 @@ Everything here looks at dev rows only. Two stages:
    trained on out-of-fold first-stage scores of the asked rows to predict the
    ungated answer being right.
 
+With `quote_refusals`, the labels are those of a server that answers a row
+its model started to refuse (first-token refusal probability above the
+preset's gate) with the row's best evidence line: right when that line holds
+the expected fact (`with_quotes`).
+
 The threshold is the highest one at which, on the out-of-fold probabilities
 of the dev rows, the share of unanswerable questions declined (by the gate or
 by the model itself) still meets the refusal target: refusals first, then as
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -261,6 +266,8 @@ class Choice:
     refusal_target: float
     reworded_weight: float = 1.0
     few_weight: float = 0.0
+    # a refusal the probe lets through is answered by the best evidence line
+    quote_refusals: bool = False
 
     def hidden(self) -> HiddenChoice:
         return HiddenChoice(self.c, self.withheld_weight, self.reworded_weight, self.few_weight)
@@ -300,6 +307,32 @@ def probability(fitted: Fitted, rows: Rows, signals: Sequence[str]) -> Array:
     """P(right) of `rows` as the shipped probe computes it while serving."""
     z = stage2_inputs(rows, fitted.hidden.score(rows.hidden), signals, fitted.fill)
     return sigmoid(fitted.combine.score(z))
+
+
+def with_quotes(rows: Rows, refusal_probability: float) -> Rows:
+    """The rows as answered by a server that quotes a refusal: a row whose
+    first token gave a refusal more than `refusal_probability` is answered by
+    its best evidence line (`quote`; refused when it has none), right when
+    that line holds the fact (`quote_correct`)."""
+    meta = []
+    for r in rows.meta:
+        if r["refusal_probability"] is not None and r["refusal_probability"] > refusal_probability:
+            quoted = r.get("quote") is not None
+            r = {**r, "refused": not quoted, "correct": quoted and bool(r["quote_correct"])}
+        meta.append(r)
+    return Rows(meta, rows.hidden)
+
+
+def prefers_quotes(rows: Rows, choice: Choice, refusal_probability: float) -> bool:
+    """Quote refusals when, at the refusal target, dev's out-of-fold
+    accuracy is higher with them quoted than declined."""
+    plain = fit(rows, replace(choice, quote_refusals=False))
+    quoting = fit(with_quotes(rows, refusal_probability), replace(choice, quote_refusals=True))
+    right = [
+        outcome(r, f.oof, f.threshold).accuracy
+        for r, f in ((rows, plain), (with_quotes(rows, refusal_probability), quoting))
+    ]
+    return right[1] > right[0]
 
 
 def nested(rows: Rows, choice: Choice) -> tuple[Array, list[float]]:

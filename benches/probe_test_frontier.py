@@ -77,6 +77,11 @@ OWN_WORDS = ("town-notices", "product-help")
 def dev_frontier(llm: str, settings: dict[str, Any]) -> list[tuple[int, float]]:
     """(dev refusal target %, threshold) for the probe the run used."""
     fitted = settings.get("probe_fitted_threshold")
+    if settings.get("quote_refusals"):
+        raise SystemExit(
+            f"{llm}: the run's probe quotes the refusals it lets through, and an ungated "
+            "run does not record the lines it would quote: read the served run instead"
+        )
     if fitted is None:
         return DEV_FRONTIER[(llm, settings.get("evidence_alone_words"))]
     from benches import answer_probe, probe_fit

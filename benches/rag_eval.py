@@ -516,6 +516,8 @@ def main() -> None:
             "probe_threshold": gate.threshold if gate.probe is not None else None,
             # the threshold the probe file was fitted to: which fit the run used
             "probe_fitted_threshold": gate.probe.threshold if gate.probe is not None else None,
+            # a refusal the probe lets through answered with the best evidence line
+            "quote_refusals": gate.probe is not None and gate.probe.quote_refusals,
             "answer_min_score": settings.answer_min_score,
             "context_tokens": settings.context_tokens,
             "quant": settings.quant,

@@ -68,18 +68,21 @@ def calibrated() -> str:
 
     rows = [
         "| `--llm` | `--answer-probe` | `--answer-refusal-probability` | `--answer-judge` "
-        "| evidence units shown without neighbours |",
-        "|---|---|---|---|---|",
+        "| evidence units shown without neighbours | a refusal the probe lets through |",
+        "|---|---|---|---|---|---|",
     ]
     for name, preset in PRESETS.items():
         path = probe_path(name)
-        probe = f"{AnswerProbe.read(path).threshold:.2f}" if path.is_file() else "off"
+        found = AnswerProbe.read(path) if path.is_file() else None
+        probe = "off" if found is None else f"{found.threshold:.2f}"
+        quoted = found is not None and found.quote_refusals
         judge = preset.calibration.judge
         alone = preset.calibration.evidence_alone_words
         rows.append(
             f"| `{name}` | {probe} | {preset.calibration.refusal_probability:g} | "
             f"{'off' if judge == 0 else f'{judge:g}'} | "
-            f"{'none' if alone is None else f'{alone} words or more'} |"
+            f"{'none' if alone is None else f'{alone} words or more'} | "
+            f"{'the best evidence line is quoted' if quoted else 'declined'} |"
         )
     return "\n".join(rows)
 

@@ -228,6 +228,7 @@ def test_the_health_and_info_routes_name_the_probe(
         "threshold": 0.5,
         "layer": LAYER,
         "signals": ["hidden", "refusal_logit"],
+        "quote_refusals": False,
         "file": None,
     }
     assert client.get("/info").get_json()["models"]["llm"]["answer_gate"] == gate
@@ -331,6 +332,59 @@ def test_a_model_about_to_refuse_is_declined_when_the_probe_passes(
     assert body.get_json()["answer"].startswith("The documents do not answer this directly")
 
 
+def test_a_probe_fitted_with_quotes_quotes_the_best_line_instead_of_a_refusal(
+    tmp_path: Path,
+) -> None:
+    """A probe file with "quote_refusals": the probe passes, the first token
+    says the model refuses: the best evidence line is the answer (a yes-or-no
+    question's too); the probe declining still gives the fixed sentence."""
+    backend = ScriptedBackend(ANSWER, hidden_state=scripted_state, refusal_probability=0.9)
+    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
+    probe = AnswerProbe.from_dict(probe_dict(quote_refusals=True))
+    services: Services = stores.services(
+        settings,
+        LLM(backend, max_waiters=2, timeout=10.0),
+        HashEmbedder(),
+        gate=Gate(probe, threshold=0.5),
+    )
+    client = create_app(settings, services).test_client()
+    r = client.post(
+        "/upload", json={"store_mode": "text", "items": [{"id": "h", "text": DOCUMENT}]}
+    )
+    assert r.status_code == 200
+    quoted = f'The documents say: "{DOCUMENT}"'  # one short paragraph: one unit
+    for query in ("Where is the spare key?", "Is the spare key with the neighbour?"):
+        body = client.post("/answer", json={"query": query}).get_json()
+        assert body["answer"] == quoted, query
+        assert body["answerable_probability"] > 0.5
+    body = client.post("/answer", json={"query": "What does the bin collection cost?"}).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER
+    assert client.get("/health").get_json()["llm"]["answer_gate"]["quote_refusals"] is True
+    # Lucidworks: the quote is an answer found, from the document holding it
+    document = {"body": DOCUMENT, "source": "http://example.com/house"}
+    batch = {"batch": [{"text": "Where is the spare key?", "documents": [document]}]}
+    prediction = client.post(LUCIDWORKS, json=batch).get_json()["predictions"][0]
+    assert prediction["answerFound"] is True, prediction
+    assert quoted in prediction["response"]
+    assert prediction["sources"] == ["http://example.com/house"], prediction
+    # a follow-up is left to the refusal gate, which does not quote
+    history = [
+        {"role": "user", "content": "Where is the key?"},
+        {"role": "assistant", "content": "x"},
+    ]
+    body = client.post(
+        "/answer", json={"query": "Where is the spare key?", "chat_history": history}
+    )
+    assert body.get_json()["answer"] == NO_CONTEXT_ANSWER
+
+    # a best line that states nothing (a heading) is not an answer: declined
+    heading = {"store_mode": "text", "items": [{"id": "h", "text": "Spare key notes."}]}
+    assert client.delete("/store").status_code == 200
+    assert client.post("/upload", json=heading).status_code == 200
+    body = client.post("/answer", json={"query": "Where is the spare key?"}).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER, body
+
+
 def differences(made: Any, shipped: Any, where: str = "") -> list[str]:
     """Where two JSON documents differ: numbers by more than 1e-9 of their
     size (BLAS kernels differ between CPUs in the last bits of a fit),
@@ -393,3 +447,35 @@ def test_the_test_frontier_reads_the_dev_thresholds_of_the_probe_a_run_used() ->
     with pytest.raises(SystemExit, match=r"fitted to 0\.3,"):
         dev_frontier("qwen2.5-coder-0.5b", {"probe_fitted_threshold": 0.3})
     assert dev_frontier("qwen2.5-coder-0.5b", {"evidence_alone_words": 15})[2] == (80, 0.3168)
+    # an ungated run does not record the lines a quoting probe would answer with
+    with pytest.raises(SystemExit, match="quotes the refusals"):
+        dev_frontier(
+            "qwen2.5-coder-0.5b", {"probe_fitted_threshold": shipped, "quote_refusals": True}
+        )
+
+
+def test_rows_are_labelled_as_a_server_quoting_refusals_answers_them() -> None:
+    """probe_fit.with_quotes: a row whose first token passed the refusal gate
+    is answered by its best line (right when that holds the fact; refused
+    without one); a row below the gate keeps its own answer's labels."""
+    from benches import probe_fit
+
+    def row(refusal: float, quote: str | None, quote_correct: bool, **own: Any) -> dict[str, Any]:
+        return {
+            "refusal_probability": refusal,
+            "quote": quote,
+            "quote_correct": quote_correct,
+            **own,
+        }
+
+    meta = [
+        row(0.9, "Bins go out by 7:00.", True, refused=True, correct=False),
+        row(0.9, "The pool opens at 9.", False, refused=True, correct=False),
+        row(0.9, None, False, refused=False, correct=True),
+        row(0.1, "Bins go out by 7:00.", True, refused=True, correct=False),
+        row(0.1, "Bins go out by 7:00.", True, refused=False, correct=False),
+    ]
+    rows = probe_fit.with_quotes(probe_fit.Rows(meta, np.zeros((5, 2))), 0.3)
+    labels = [(r["refused"], r["correct"]) for r in rows.meta]
+    assert labels == [(False, True), (False, False), (True, False), (True, False), (False, False)]
+    assert meta[0]["refused"] is True  # the rows given are left as they were

@@ -121,7 +121,8 @@ def answer_gate(settings: Settings) -> Check:
         return Check(
             "answer gate",
             True,
-            f"answerability probe {name} (layer {gate.probe.layer}, threshold {gate.threshold})",
+            f"answerability probe {name} (layer {gate.probe.layer}, threshold {gate.threshold}"
+            f"{', refusals it passes quoted' if gate.probe.quote_refusals else ''})",
         )
     calibration = settings.calibration()
     detail = (

@@ -19,7 +19,10 @@ the system prompt stays in the KV cache). A yes-or-no question the gates
 decline gets the evidence line closest to it in meaning quoted instead,
 said not to answer it directly, when close enough ("Can I visit on a
 Monday?" → the opening hours): the models cannot read a schedule into a
-yes or no, and cannot tell when the documents settle it. Shared words
+yes or no, and cannot tell when the documents settle it. Where the
+answerability probe let the answer through and its file says so, a model
+about to refuse gets the best evidence line quoted as the answer instead
+(the 0.5B words fewer answers than the documents hold). Shared words
 between question and passage decide nothing on their own: a question in
 other words than its passage still reaches the model. An answer that only restates the
 question, or answers "Which …" with the question's own subject and names
@@ -30,6 +33,7 @@ stopped there.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -113,6 +117,15 @@ class Grounding:
     # (None: not measured, or its passage did not fit the prompt)
     closest: evidence.Evidence | None = None
     closest_meaning: float | None = None
+
+    def quotable(self) -> str | None:
+        """The best evidence unit's text when it states something (5 words
+        or more, not a heading such as "Pulse P3 earbuds."): what a refusal
+        is answered with where the probe's file says so."""
+        best = self.best
+        if best is None or len(words(best.text)) < evidence.STATEMENT_WORDS:
+            return None
+        return best.text
 
     @classmethod
     def nothing(cls) -> Grounding:
@@ -290,6 +303,11 @@ class Outcome:
     answerable_probability: float | None
 
 
+class Decline(enum.Enum):
+    GATE = "gate"  # the probe or the judge: the documents do not hold the answer
+    REFUSAL = "refusal"  # the first token: the model is about to refuse
+
+
 class AnswerStream:
     """Deltas of one answer; joined they are exactly the final answer. Its
     `outcome` is there once the last delta was taken."""
@@ -353,11 +371,13 @@ class AnswerStream:
         """The prompt's last-token hidden state by layer, once the first delta came."""
         return None if self._hidden is None else self._hidden.states
 
-    def _declines(self) -> bool:
+    def _declines(self) -> Decline | None:
         """At the first delta: the probe, where it read the prefill, else the
-        judge, says decline; or the first token's distribution says the model
-        is about to refuse (then the fixed sentence, or a yes-or-no question's
-        closest line, stands in for the model's own refusal)."""
+        judge, says decline (GATE); or the first token's distribution says the
+        model is about to refuse (REFUSAL: then the fixed sentence, or a
+        yes-or-no question's closest line, stands in for the model's own
+        refusal, or the best evidence line where the probe let it through and
+        its file says to quote)."""
         if self._probe is not None:
             self.refusal_probability = self._probe.probability
         probe = self._config.probe
@@ -366,12 +386,14 @@ class AnswerStream:
         judged = None if self._judge is None else self._judge.probability
         if self.probe_probability is not None:
             if self.probe_probability < self._config.probe_threshold:
-                return True
+                return Decline.GATE
         elif judged is not None and judged < self._config.judge:
-            return True
+            return Decline.GATE
         if self._probe is None:
-            return False
-        return (self.refusal_probability or 0.0) > self._config.refusal_probability
+            return None
+        if (self.refusal_probability or 0.0) > self._config.refusal_probability:
+            return Decline.REFUSAL
+        return None
 
     def __iter__(self) -> Iterator[str]:
         form = self._question.form
@@ -382,8 +404,16 @@ class AnswerStream:
         parts: list[str] = []
         stopped_repeating = False
         for delta in clean_stream(self._tokens):
-            if not parts and self._grounding.sources and self._declines():
+            decline = None if parts or not self._grounding.sources else self._declines()
+            if decline is not None:
                 self._tokens.close()
+                line = self._grounding.quotable()
+                if decline is Decline.REFUSAL and line is not None and self._quotes_refusals():
+                    # the probe says the documents hold the answer; the model
+                    # cannot word it: their best line is the answer
+                    yield prompts.quote_suffix(line, after_answer=False)
+                    self._ended(refused=False, declined=False)
+                    return
                 quote = self._quote_instead_of_refusal()
                 yield form.refusal if quote is None else quote
                 self._ended(refused=quote is None, declined=True)
@@ -403,6 +433,11 @@ class AnswerStream:
             line = evidence.supporting_unit(text, query, self._grounding.pieces) or best.text
             yield prompts.quote_suffix(line, bool(text.strip()))
         self._ended(refused=False, declined=False, stopped_repeating=stopped_repeating)
+
+    def _quotes_refusals(self) -> bool:
+        """The probe let the answer through and was fitted with refusals quoted."""
+        probe = self._config.probe
+        return probe is not None and probe.quote_refusals and self.probe_probability is not None
 
     def _quote_instead_of_refusal(self) -> str | None:
         """A declined yes-or-no question's closest evidence line, quoted

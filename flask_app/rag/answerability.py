@@ -82,6 +82,10 @@ class AnswerProbe:
     fill: Mapping[str, float]
     threshold: float  # decline below this (the shipped operating point)
     path: Path | None = None
+    # True: when the probe lets an answer through but the model starts to
+    # refuse, the best evidence line is quoted instead (what the probe's
+    # labels were fitted on: docs/answer-quality.md)
+    quote_refusals: bool = False
 
     @property
     def uses_judge(self) -> bool:
@@ -124,6 +128,7 @@ class AnswerProbe:
                 fill={str(k): float(v) for k, v in data["combine"]["fill"].items()},
                 threshold=float(data["threshold"]),
                 path=path,
+                quote_refusals=bool(data.get("quote_refusals", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ProbeError):
@@ -167,6 +172,7 @@ class Gate:
             "threshold": self.threshold,
             "layer": self.probe.layer,
             "signals": sorted(self.probe.combine),
+            "quote_refusals": self.probe.quote_refusals,
             "file": None if self.probe.path is None else self.probe.path.name,
         }
 

@@ -153,6 +153,8 @@ class AnswerGate(BaseModel):
     threshold: float | None = None  # probe: the probability an answer must reach
     layer: int | None = None  # probe: the hidden layer it reads
     signals: list[str] | None = None  # probe: what it combines
+    # probe: a refusal it lets through is answered with the best evidence line
+    quote_refusals: bool | None = None
     file: str | None = None  # probe: its file
     refusal_probability: float | None = None  # refusal: the first-token threshold
     judge: float | None = None  # refusal: the judge threshold (0: not asked)
