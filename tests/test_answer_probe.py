@@ -347,7 +347,8 @@ def test_a_probe_fitted_with_quotes_quotes_the_best_line_instead_of_a_refusal(
         HashEmbedder(),
         gate=Gate(probe, threshold=0.5),
     )
-    client = create_app(settings, services).test_client()
+    app = create_app(settings, services)
+    client = app.test_client()
     r = client.post(
         "/upload", json={"store_mode": "text", "items": [{"id": "h", "text": DOCUMENT}]}
     )
@@ -367,6 +368,19 @@ def test_a_probe_fitted_with_quotes_quotes_the_best_line_instead_of_a_refusal(
     assert prediction["answerFound"] is True, prediction
     assert quoted in prediction["response"]
     assert prediction["sources"] == ["http://example.com/house"], prediction
+    # Engine: the quote, cited at the span of the file that holds it
+    client.put("/namespaces/home")
+    client.put("/namespaces/home/collections/notes")
+    house = {"path": "house.md", "content_type": "text/markdown", "text": DOCUMENT}
+    assert client.post("/namespaces/home/collections/notes/files", json=house).status_code == 202
+    from flask_app.api.http.extensions import collections_of
+
+    with app.app_context():
+        assert collections_of(app).ingestor.wait_idle(30)
+    url = "/namespaces/home/collections/notes:answer"
+    body = client.post(url, json={"query": "Where is the spare key?"}).get_json()
+    assert body["answer"].startswith(quoted), body
+    assert [s["path"] for s in body["sources"] if s["cited"]] == ["house.md"], body
     # a follow-up is left to the refusal gate, which does not quote
     history = [
         {"role": "user", "content": "Where is the key?"},
