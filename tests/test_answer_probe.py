@@ -82,6 +82,7 @@ def test_probability_combines_the_hidden_score_and_the_signals() -> None:
         ({"format": 99}, "format 99"),
         ({"combine": {"weights": {"colour": 1.0}, "bias": 0.0, "fill": {}}}, "unknown signals"),
         ({"layer": "middle"}, "not a probe file"),
+        ({"quote_refusals": "false"}, "quote_refusals must be true or false"),
     ],
 )
 def test_a_bad_probe_file_is_refused_with_the_reason(change: dict[str, Any], message: str) -> None:

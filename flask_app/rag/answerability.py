@@ -117,6 +117,9 @@ class AnswerProbe:
             unknown = set(combine) - {"hidden", *SIGNALS}
             if unknown:
                 raise ProbeError(f"{where}: unknown signals {sorted(unknown)}")
+            quote_refusals = data.get("quote_refusals", False)
+            if not isinstance(quote_refusals, bool):
+                raise ProbeError(f"{where}: quote_refusals must be true or false")
             return cls(
                 preset=str(data["preset"]),
                 gguf_sha256=str(data["gguf_sha256"]),
@@ -128,7 +131,7 @@ class AnswerProbe:
                 fill={str(k): float(v) for k, v in data["combine"]["fill"].items()},
                 threshold=float(data["threshold"]),
                 path=path,
-                quote_refusals=bool(data.get("quote_refusals", False)),
+                quote_refusals=quote_refusals,
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ProbeError):
