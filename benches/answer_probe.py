@@ -126,13 +126,17 @@ def ask(services: Services, config: AnswerConfig, query: str) -> dict[str, Any]:
 def graded(asked: dict[str, Any], expected: list[str] | None) -> dict[str, Any]:
     refused = is_refusal(asked["answer"])
     holds = expected is not None and mentions(asked["prompt"], expected)
-    quote = asked["quote"]
     return {
         "refused": refused,
         "correct": expected is not None and not refused and mentions(asked["answer"], expected),
         "evidence_holds": holds,
-        "quote_correct": expected is not None and quote is not None and mentions(quote, expected),
+        "quote_correct": quote_right(asked["quote"], expected),
     }
+
+
+def quote_right(quote: str | None, expected: list[str] | None) -> bool:
+    """A quoted evidence line holds the expected fact."""
+    return expected is not None and quote is not None and mentions(quote, expected)
 
 
 def variants(
@@ -157,6 +161,15 @@ def variants(
 
 
 FEW = 2  # notes in a "few" row's store: a user's handful of short documents
+
+
+def closest_notes(
+    services: Services, short: list[dict[str, Any]], embedded: np.ndarray, text: str
+) -> list[dict[str, Any]]:
+    """The FEW notes closest in meaning to `text` (`embedded`: the notes' vectors)."""
+    assert services.embedder is not None
+    scores = embedded @ services.embedder.embed([text])[0]
+    return [short[i] for i in np.argsort(-scores, kind="stable")[:FEW]]
 
 
 def notes(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -217,8 +230,7 @@ def collect_set(
                 services.store.edge().delete([it["id"] for it in held])
             closest = []
             if kind == "few":
-                scores = embedded @ services.embedder.embed([text])[0]
-                closest = [short[i] for i in np.argsort(-scores, kind="stable")[:FEW]]
+                closest = closest_notes(services, short, embedded, text)
                 upload(closest)
             asked = ask(services, config, text)
             assert len(asked["states"]) == len(layers), "the backend read no hidden state"
@@ -575,8 +587,7 @@ def ground_again(evset: eval_sets.EvalSet, llm: str, kinds: set[str]) -> dict[st
             short = notes(items)
             embedded = services.embedder.embed([it["text"] for it in short])
             for q in dev:
-                scores = embedded @ services.embedder.embed([q["q"]])[0]
-                closest = [short[i] for i in np.argsort(-scores, kind="stable")[:FEW]]
+                closest = closest_notes(services, short, embedded, q["q"])
                 upload_items(client, closest)
                 out[f"few|{q['q']}"] = best(q["q"])
                 services.store.edge().delete([it["id"] for it in closest])
@@ -603,18 +614,15 @@ def quotes(args: argparse.Namespace) -> None:
             print(f"{llm}: {name} grounded again", file=sys.stderr)
         for r in body["rows"]:
             quote = None if r["kind"] == "withheld" else lines[f"{r['kind']}|{r['question']}"]
-            expected = r["expected"] if r["answerable"] else None
             r["quote"] = quote
-            r["quote_correct"] = (
-                expected is not None and quote is not None and mentions(quote, expected)
-            )
-        choice = {**body["choice"], "quote_refusals": False}
-        body["choice"] = choice
+            r["quote_correct"] = quote_right(quote, r["expected"] if r["answerable"] else None)
+        given = {**body["choice"], "signals": tuple(body["choice"]["signals"])}
+        plain = replace(probe_fit.Choice(**given), quote_refusals=False)
+        rows = probe_fit.Rows(body["rows"], np.load(TRAINING / f"{llm}.npy").astype(np.float64))
+        quoting = probe_fit.prefers_quotes(rows, plain, refusal_gate(llm))
+        body["choice"] = {**body["choice"], "quote_refusals": quoting}
         path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
-        rows, plain, _ = load_training(llm)
-        choice["quote_refusals"] = probe_fit.prefers_quotes(rows, plain, refusal_gate(llm))
-        path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
-        print(f"{llm}: quote refusals {choice['quote_refusals']} (wrote {path})")
+        print(f"{llm}: quote refusals {quoting} (wrote {path})")
 
 
 def fit(args: argparse.Namespace) -> None:

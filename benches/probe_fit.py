@@ -326,11 +326,13 @@ def with_quotes(rows: Rows, refusal_probability: float) -> Rows:
 def prefers_quotes(rows: Rows, choice: Choice, refusal_probability: float) -> bool:
     """Quote refusals when, at the refusal target, dev's out-of-fold
     accuracy is higher with them quoted than declined."""
-    plain = fit(rows, replace(choice, quote_refusals=False))
-    quoting = fit(with_quotes(rows, refusal_probability), replace(choice, quote_refusals=True))
+    quoted = with_quotes(rows, refusal_probability)
     right = [
-        outcome(r, f.oof, f.threshold).accuracy
-        for r, f in ((rows, plain), (with_quotes(rows, refusal_probability), quoting))
+        outcome(r, fitted.oof, fitted.threshold).accuracy
+        for r, fitted in (
+            (rows, fit(rows, replace(choice, quote_refusals=False))),
+            (quoted, fit(quoted, replace(choice, quote_refusals=True))),
+        )
     ]
     return right[1] > right[0]
 
