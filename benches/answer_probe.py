@@ -51,8 +51,13 @@ import numpy as np
 from flask import Flask
 
 from benches import eval_sets, probe_fit
-from benches.rag_eval import UNGATED, is_refusal, mentions, upload_items
-from flask_app import rag
+from benches.rag_eval import (
+    UNGATED,
+    grounded,
+    is_refusal,
+    mentions,
+    upload_items,
+)
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
 from flask_app.inference.hidden_state import FINAL
@@ -60,33 +65,14 @@ from flask_app.inference.llm import LlamaBackend, Sampling
 from flask_app.inference.presets import PRESETS
 from flask_app.inference.pull import known_sha256
 from flask_app.rag import answerability
-from flask_app.rag.answer import AnswerConfig, Grounding, ground, open_answer
-from flask_app.rag.retrieval import StoredCollection
+from flask_app.rag.answer import AnswerConfig, open_answer
 from flask_app.rag.text import units
 from flask_app.services import Services, load_services
 from flask_app.settings import Settings
 
-# the moorcheh /answer defaults a plain request gets
-TOP_K = 5
-TEMPERATURE = 0.2
-
 
 def cache_dir() -> Path:
     return Settings.load({}, os.environ).cache_dir / "answer_probe"
-
-
-def grounded(
-    services: Services, config: AnswerConfig, query: str
-) -> tuple[rag.Question, Grounding]:
-    """One question grounded in the moorcheh store as the moorcheh route grounds it."""
-    assert services.llm is not None and services.embedder is not None
-    collection = services.store.edge()
-    question = rag.Question(query=query, top_k=TOP_K, sampling=Sampling(temperature=TEMPERATURE))
-    vector = rag.query_vector(collection, question, services.embedder)
-    retriever = StoredCollection(collection, vector, None, embedder=services.embedder)
-    grounding = ground(services.llm, retriever, question, config)
-    assert grounding.prompt is not None, "a store with passages always grounds"
-    return question, grounding
 
 
 def ask(services: Services, config: AnswerConfig, query: str) -> dict[str, Any]:

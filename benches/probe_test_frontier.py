@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benches.gate_grid import outcome
+from benches.rag_eval import mentions
 from flask_app.inference.presets import PRESETS
 
 # Runs made before `probe_fitted_threshold` was recorded: (dev refusal target,
@@ -77,11 +78,6 @@ OWN_WORDS = ("town-notices", "product-help")
 def dev_frontier(llm: str, settings: dict[str, Any]) -> list[tuple[int, float]]:
     """(dev refusal target %, threshold) for the probe the run used."""
     fitted = settings.get("probe_fitted_threshold")
-    if settings.get("quote_refusals"):
-        raise SystemExit(
-            f"{llm}: the run's probe quotes the refusals it lets through, and an ungated "
-            "run does not record the lines it would quote: read the served run instead"
-        )
     if fitted is None:
         return DEV_FRONTIER[(llm, settings.get("evidence_alone_words"))]
     from benches import answer_probe, probe_fit
@@ -100,20 +96,36 @@ def dev_frontier(llm: str, settings: dict[str, Any]) -> list[tuple[int, float]]:
     ]
 
 
-def served(rows: list[dict[str, Any]], threshold: float, refusal: float) -> str:
-    """'refusals / correct' of `rows` gated as served at `threshold`."""
-    cut = [
-        {
-            **r,
-            "refusal_probability": 1.0
-            if r["answerable_probability"] < threshold
-            or (r["refusal_probability"] or 0.0) > refusal
-            else 0.0,
-        }
-        for r in rows
-    ]
+def quoted(row: dict[str, Any]) -> dict[str, Any]:
+    """The row answered with its recorded evidence line instead of the
+    model's answer (declined when there is none): right for an answerable
+    question when the line holds the fact, a decline only without a line."""
+    line = row["quote"]
+    if row["expected"] is None:
+        return {**row, "correct": line is None}
+    return {**row, "correct": line is not None and mentions(line, row["expected"])}
+
+
+def served(
+    rows: list[dict[str, Any]], threshold: float, refusal: float, quotes: bool = False
+) -> str:
+    """'refusals / correct' of `rows` gated as served at `threshold`: below
+    it declined; above it, a first token past the refusal gate is declined,
+    or with `quotes` answered with the row's evidence line."""
+    cut = []
+    for r in rows:
+        passes = r["answerable_probability"] >= threshold
+        refusing = (r["refusal_probability"] or 0.0) > refusal
+        if passes and refusing and quotes:
+            cut.append({**quoted(r), "refusal_probability": 0.0})
+        else:
+            cut.append({**r, "refusal_probability": 1.0 if not passes or refusing else 0.0})
     o = outcome(cut, 0.5, 0.0)
-    return f"{o.refused / o.unanswerable:.0%} / {o.answered / o.answerable:.0%}"
+
+    def share(part: int, whole: int) -> str:
+        return f"{part / whole:.0%}" if whole else "–"
+
+    return f"{share(o.refused, o.unanswerable)} / {share(o.answered, o.answerable)}"
 
 
 def main() -> None:
@@ -135,11 +147,19 @@ def main() -> None:
         ]
         if not rows:
             continue
+        quotes = bool(settings.get("quote_refusals"))
+        if quotes and any("quote" not in r for r in rows):
+            raise SystemExit(
+                f"{llm}: the run's probe quotes the refusals it lets through, and this run "
+                "did not record the lines it would quote (a run made before `--ungated` "
+                "recorded them)"
+            )
         refusal = PRESETS[llm].calibration.refusal_probability
         for target, threshold in points:
-            parts = [served(rows, threshold, refusal)]
+            parts = [served(rows, threshold, refusal, quotes)]
             parts += [
-                served([r for r in rows if r["set"] == s], threshold, refusal) for s in OWN_WORDS
+                served([r for r in rows if r["set"] == s], threshold, refusal, quotes)
+                for s in OWN_WORDS
             ]
             print(f"| {target}% | {llm} | {threshold:.4g} | " + " | ".join(parts) + " |")
 

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benches import eval_sets
-from benches.answer_probe import grounded
-from benches.rag_eval import upload_items
+from benches.rag_eval import grounded, upload_items
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
 from flask_app.inference.llm import ChatMessage, LlamaBackend, Sampling

@@ -52,12 +52,17 @@ from typing import Any
 
 from benches import eval_sets
 from benches.eval_sets import EvalSet
+from flask_app import rag
 from flask_app.api.engine.answer import NOT_FOUND_ANSWER as ENGINE_NOT_FOUND
+from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
+from flask_app.inference.llm import Sampling
 from flask_app.inference.presets import PRESETS
+from flask_app.rag.answer import AnswerConfig, Grounding, ground
 from flask_app.rag.answerability import choose_gate
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
-from flask_app.services import load_services
+from flask_app.rag.retrieval import StoredCollection
+from flask_app.services import Services, load_services
 from flask_app.settings import Settings
 
 # A refusal says the documents lack the answer; an answer may say "not" too
@@ -281,6 +286,25 @@ def collection_name(set_name: str) -> str:
     return (re.sub(r"[^a-z0-9-]+", "-", set_name.lower()).strip("-") or "set")[:63]
 
 
+# the moorcheh /answer defaults a plain request gets
+TOP_K = 5
+TEMPERATURE = 0.2
+
+
+def grounded(
+    services: Services, config: AnswerConfig, query: str
+) -> tuple[rag.Question, Grounding]:
+    """One question grounded in the moorcheh store as the moorcheh route grounds it."""
+    assert services.llm is not None and services.embedder is not None
+    collection = services.store.edge()
+    question = rag.Question(query=query, top_k=TOP_K, sampling=Sampling(temperature=TEMPERATURE))
+    vector = rag.query_vector(collection, question, services.embedder)
+    retriever = StoredCollection(collection, vector, None, embedder=services.embedder)
+    grounding = ground(services.llm, retriever, question, config)
+    assert grounding.prompt is not None, "a store with passages always grounds"
+    return question, grounding
+
+
 # --ungated: every gate records its signal and never cuts (the judge is asked,
 # any P(yes) passes; the probe reads its probability, which no answer falls
 # below), so benches/gate_grid.py can score every threshold.
@@ -296,7 +320,12 @@ def run_set(
     quiet: bool,
     surfaces: list[str],
     extract: bool,
+    quotes: bool = False,
 ) -> list[dict[str, Any]]:
+    """Each question of `splits` asked on each surface; with `quotes`, each
+    /answer row also records the evidence line a probe quoting refusals
+    would answer with (`quote`: what an ungated run needs to be gated as
+    such a server gates, benches/probe_test_frontier.py)."""
     name = evset.name
     items = evset.passages()
     questions = [q for q in evset.questions if q["split"] in splits][:limit]
@@ -346,6 +375,10 @@ def run_set(
                 "total_s": got["total_s"],
                 "found": not refused,
             }
+            if quotes and surface == "answer":
+                with app.app_context():
+                    config = answer_config_of(app)
+                row["quote"] = grounded(services, config, item["q"])[1].quotable()
             if surface == "engine":
                 row["citations"] = got["markers"] > 0
                 row["span_holds_fact"] = expected is not None and any(
@@ -492,20 +525,7 @@ def main() -> None:
         path = Settings.load({"llm": llm, **overrides}, os.environ).llm_path()
         if not path.is_file():
             parser.error(f"{llm} is not pulled ({path}): run `edgerag pull --llm {llm}`")
-    rows = []
-    for llm in args.llms:
-        for evset in chosen:
-            rows += run_set(
-                evset,
-                llm,
-                overrides,
-                splits,
-                args.limit,
-                args.quiet,
-                args.surfaces,
-                not args.whole_documents,
-            )
-    tables = tabulate(rows, names, args.surfaces, splits)
+    # the settings the run starts with (a probe file refitted while it runs is not its)
     models = {}
     for llm in args.llms:
         settings = Settings.load({"llm": llm, **overrides}, os.environ)
@@ -522,6 +542,21 @@ def main() -> None:
             "context_tokens": settings.context_tokens,
             "quant": settings.quant,
         }
+    rows = []
+    for llm in args.llms:
+        for evset in chosen:
+            rows += run_set(
+                evset,
+                llm,
+                overrides,
+                splits,
+                args.limit,
+                args.quiet,
+                args.surfaces,
+                not args.whole_documents,
+                quotes=args.ungated,
+            )
+    tables = tabulate(rows, names, args.surfaces, splits)
     report = {"settings": models, "results": tables, "answers": rows}
     for surface in args.surfaces:
         print(f"\n{surface}\n" + side_by_side(tables, surface))

@@ -462,11 +462,72 @@ def test_the_test_frontier_reads_the_dev_thresholds_of_the_probe_a_run_used() ->
     with pytest.raises(SystemExit, match=r"fitted to 0\.3,"):
         dev_frontier("qwen2.5-coder-0.5b", {"probe_fitted_threshold": 0.3})
     assert dev_frontier("qwen2.5-coder-0.5b", {"evidence_alone_words": 15})[2] == (80, 0.3168)
-    # an ungated run does not record the lines a quoting probe would answer with
-    with pytest.raises(SystemExit, match="quotes the refusals"):
-        dev_frontier(
-            "qwen2.5-coder-0.5b", {"probe_fitted_threshold": shipped, "quote_refusals": True}
+
+
+def test_the_test_frontier_gates_a_quoting_probe_with_the_lines_the_run_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """benches/probe_test_frontier.py on an ungated run whose probe quotes
+    refusals: a row the probe passes whose first token refuses is answered
+    by its recorded line (right when the line holds the fact; an
+    unanswerable question counts as declined only without a line); below
+    the threshold every row is declined. A run without the lines is refused."""
+    from benches import probe_test_frontier
+    from benches.probe_test_frontier import served
+
+    def row(
+        expected: list[str] | None, p: float, refusal: float, answer: str, quote: str | None
+    ) -> dict[str, Any]:
+        refused = answer.startswith("I don't")
+        correct = refused if expected is None else (not refused and "7:00" in answer)
+        return {
+            "llm": "qwen2.5-coder-0.5b",
+            "surface": "answer",
+            "split": "test",
+            "set": "town-notices",
+            "expected": expected,
+            "answerable_probability": p,
+            "refusal_probability": refusal,
+            "answer": answer,
+            "correct": correct,
+            "quote": quote,
+        }
+
+    bins = "Put bins out by 7:00 on collection day."
+    no = "I don't have enough information to answer that question."
+    rows = [
+        row(["7:00"], 0.9, 0.95, no, bins),  # refused, quoted: right
+        row(["7:00"], 0.9, 0.95, no, "The library is closed on Mondays."),  # wrong line
+        row(["7:00"], 0.9, 0.01, "By 7:00.", bins),  # answered right by the model
+        row(None, 0.9, 0.95, no, "Items are kept for 28 days."),  # an answer: not declined
+        row(None, 0.9, 0.95, no, None),  # nothing to quote: declined
+        row(None, 0.1, 0.01, "£45", bins),  # below the threshold: declined
+    ]
+    assert served(rows, 0.5, 0.3, quotes=True) == "67% / 67%"
+    assert served(rows, 0.5, 0.3, quotes=False) == "100% / 33%"
+    assert served(rows, 0.95, 0.3, quotes=True) == "100% / 0%"
+
+    from flask_app.rag.answerability import probe_path
+
+    shipped = json.loads(probe_path("qwen2.5-coder-0.5b").read_text())
+    settings = {"probe_fitted_threshold": shipped["threshold"], "quote_refusals": True}
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"settings": {"qwen2.5-coder-0.5b": settings}, "answers": rows}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("sys.argv", ["probe_test_frontier.py", str(run)])
+        probe_test_frontier.main()
+        printed = capsys.readouterr().out
+        assert "| 80% | qwen2.5-coder-0.5b |" in printed
+        run.write_text(
+            json.dumps(
+                {
+                    "settings": {"qwen2.5-coder-0.5b": settings},
+                    "answers": [{k: v for k, v in r.items() if k != "quote"} for r in rows],
+                }
+            )
         )
+        with pytest.raises(SystemExit, match="did not record the lines"):
+            probe_test_frontier.main()
 
 
 def test_rows_are_labelled_as_a_server_quoting_refusals_answers_them() -> None:
