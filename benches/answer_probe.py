@@ -642,6 +642,15 @@ def nested(args: argparse.Namespace) -> None:
                 f"{oof.refusals:.0%} declined / {oof.accuracy:.0%} right, nested "
                 f"{held.refusals:.0%} / {held.accuracy:.0%}"
             )
+        print(f"  per set at {shipped.threshold:.3f}, out-of-fold / nested, declined / right:")
+        oof_sets = probe_fit.outcome_per_set(rows, shipped.oof, shipped.threshold)
+        held_sets = probe_fit.outcome_per_set(rows, p_nested, shipped.threshold)
+        for name, oof in oof_sets.items():
+            held = held_sets[name]
+            print(
+                f"    {name}: {oof.refusals:.0%} / {oof.accuracy:.0%}, "
+                f"{held.refusals:.0%} / {held.accuracy:.0%}"
+            )
 
 
 def cost(args: argparse.Namespace) -> None:

@@ -246,6 +246,19 @@ def outcome(rows: Rows, p: Array, threshold: float) -> Outcome:
     )
 
 
+def outcome_per_set(rows: Rows, p: Array, threshold: float) -> dict[str, Outcome]:
+    """`outcome` of each set's rows on their own."""
+    sets = rows.sets
+    return {
+        name: outcome(
+            Rows([r for r, s in zip(rows.meta, sets, strict=True) if s == name], rows.hidden),
+            p[sets == name],
+            threshold,
+        )
+        for name in sorted(set(sets))
+    }
+
+
 def threshold_for(rows: Rows, p: Array, target: float) -> Outcome:
     """The lowest threshold whose refusals meet `target` (most answers left)."""
     for t in np.unique(np.concatenate([[0.0], p[rows.asked]])):

@@ -555,3 +555,32 @@ def test_rows_are_labelled_as_a_server_quoting_refusals_answers_them() -> None:
     labels = [(r["refused"], r["correct"]) for r in rows.meta]
     assert labels == [(False, True), (False, False), (True, False), (True, False), (False, False)]
     assert meta[0]["refused"] is True  # the rows given are left as they were
+
+
+def test_dev_outcomes_per_set_are_each_sets_own() -> None:
+    """probe_fit.outcome_per_set: each set's declined and right shares from
+    its own asked rows only (the dev column of the per-set table)."""
+    from benches import probe_fit
+
+    def row(name: str, answerable: bool, correct: bool) -> dict[str, Any]:
+        return {
+            "set": name,
+            "kind": "asked",
+            "answerable": answerable,
+            "correct": correct,
+            "refused": False,
+        }
+
+    meta = [
+        row("a", True, True),  # passes: right
+        row("a", True, True),  # declined: not right
+        row("a", False, False),  # declined
+        row("b", True, False),  # passes, wrong
+        row("b", False, False),  # passes: not declined
+        {**row("b", False, False), "kind": "few"},  # not an asked row: not counted
+    ]
+    p = np.array([0.9, 0.1, 0.1, 0.9, 0.9, 0.0])
+    rows = probe_fit.Rows(meta, np.zeros((len(meta), 2)))
+    per_set = probe_fit.outcome_per_set(rows, p, 0.5)
+    assert (per_set["a"].refusals, per_set["a"].accuracy) == (1.0, 0.5)
+    assert (per_set["b"].refusals, per_set["b"].accuracy) == (0.0, 0.0)
