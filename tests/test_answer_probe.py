@@ -584,3 +584,18 @@ def test_dev_outcomes_per_set_are_each_sets_own() -> None:
     per_set = probe_fit.outcome_per_set(rows, p, 0.5)
     assert (per_set["a"].refusals, per_set["a"].accuracy) == (1.0, 0.5)
     assert (per_set["b"].refusals, per_set["b"].accuracy) == (0.0, 0.0)
+
+
+def test_a_cut_row_keeps_its_passage_but_the_sentences_holding_the_fact() -> None:
+    """benches/probe_cut_rows.py: the on-topic negative keeps what the
+    passage says about its subject and loses every sentence with the fact."""
+    from benches.probe_cut_rows import without_fact
+
+    sheet = (
+        "Pulse P5 earbuds. Up to 9 hours per charge, and 30 hours in total with the case. "
+        "The case charges wirelessly on any Qi pad. Rated IPX7."
+    )
+    assert without_fact(sheet, ["30 hours"]) == (
+        "Pulse P5 earbuds. The case charges wirelessly on any Qi pad. Rated IPX7."
+    )
+    assert without_fact("Rated IPX7.", ["IPX7"]) == ""
