@@ -51,13 +51,7 @@ import numpy as np
 from flask import Flask
 
 from benches import eval_sets, probe_fit
-from benches.rag_eval import (
-    UNGATED,
-    grounded,
-    is_refusal,
-    mentions,
-    upload_items,
-)
+from benches.rag_eval import UNGATED, grounded, is_refusal, mentions, upload_items
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
 from flask_app.inference.hidden_state import FINAL

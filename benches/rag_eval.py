@@ -31,7 +31,11 @@ per surface, set and split, and over all sets:
 - recall@k: an accepted spelling appears in one of the passages retrieved
   for the prompt (separates retrieval losses from generation losses);
 - time to first token and total time (medians).
-Settings come from EDGERAG_* variables as for the server.
+Settings come from EDGERAG_* variables as for the server. `--ungated`: every
+gate records its signal and none declines, and each /answer row also keeps
+the evidence line a probe quoting refusals would answer with (`quote`), so
+benches/gate_grid.py and benches/probe_test_frontier.py can gate the run
+afterwards at any threshold.
 Results: benches/results/rag_eval.json (or --json).
 """
 
