@@ -163,6 +163,24 @@ def notes(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
+def swapped(
+    services: Services, client: Any, out: list[dict[str, Any]], into: list[dict[str, Any]]
+) -> Iterator[None]:
+    """The store with the passages `out` deleted and `into` uploaded, for
+    one question; as it was afterwards (`into` may reuse `out`'s ids)."""
+    edge = services.store.edge()
+    if out:
+        edge.delete([it["id"] for it in out])
+    upload_items(client, into)
+    try:
+        yield
+    finally:
+        if into:
+            edge.delete([it["id"] for it in into])
+        upload_items(client, out)
+
+
+@contextlib.contextmanager
 def ungated_app(llm: str) -> Iterator[tuple[Services, Flask]]:
     """An app over an empty store in a temporary directory: every gate
     records, none declines, the probe is off (what it is made from)."""
@@ -187,17 +205,13 @@ def collect_set(
     rows: list[dict[str, Any]] = []
     with ungated_app(llm) as (services, app):
         client = app.test_client()
-
-        def upload(batch: list[dict[str, Any]]) -> None:
-            upload_items(client, batch)
-
         assert services.llm is not None and isinstance(services.llm.backend, LlamaBackend)
         assert services.embedder is not None
         if few:  # the store stays empty but for each question's closest notes
             short = notes(items)
             embedded = services.embedder.embed([it["text"] for it in short])
         else:
-            upload(items)
+            upload_items(client, items)
         layers = (FINAL, *range(services.llm.backend.n_layers))
         with app.app_context():
             config = replace(answer_config_of(app), hidden_layers=layers)
@@ -206,18 +220,10 @@ def collect_set(
             held = (
                 [it for it in items if mentions(it["text"], expected)] if kind == "withheld" else []
             )
-            if held:
-                services.store.edge().delete([it["id"] for it in held])
-            closest = []
-            if kind == "few":
-                closest = closest_notes(services, short, embedded, text)
-                upload(closest)
-            asked = ask(services, config, text)
+            closest = closest_notes(services, short, embedded, text) if kind == "few" else []
+            with swapped(services, client, held, closest):
+                asked = ask(services, config, text)
             assert len(asked["states"]) == len(layers), "the backend read no hidden state"
-            if held:
-                upload(held)
-            if closest:
-                services.store.edge().delete([it["id"] for it in closest])
             row = {
                 "llm": llm,
                 "set": evset.name,
@@ -499,11 +505,16 @@ def load_training(
 ) -> tuple[probe_fit.Rows, probe_fit.Choice, dict[str, Any]]:
     body = json.loads((directory / f"{llm}.json").read_text())
     hidden = np.load(directory / f"{llm}.npy").astype(np.float64)
-    choice = probe_fit.Choice(**{**body["choice"], "signals": tuple(body["choice"]["signals"])})
+    choice = choice_of(body)
     rows = probe_fit.Rows(body["rows"], hidden)
     if choice.quote_refusals:
         rows = probe_fit.with_quotes(rows, refusal_gate(llm))
     return rows, choice, body
+
+
+def choice_of(body: dict[str, Any]) -> probe_fit.Choice:
+    """The choice a training file records (its JSON holds the signals as a list)."""
+    return probe_fit.Choice(**{**body["choice"], "signals": tuple(body["choice"]["signals"])})
 
 
 def refusal_gate(llm: str) -> float:
@@ -568,9 +579,8 @@ def ground_again(evset: eval_sets.EvalSet, llm: str, kinds: set[str]) -> dict[st
             embedded = services.embedder.embed([it["text"] for it in short])
             for q in dev:
                 closest = closest_notes(services, short, embedded, q["q"])
-                upload_items(client, closest)
-                out[f"few|{q['q']}"] = best(q["q"])
-                services.store.edge().delete([it["id"] for it in closest])
+                with swapped(services, client, [], closest):
+                    out[f"few|{q['q']}"] = best(q["q"])
         upload_items(client, items)
         for q in dev:
             out[f"asked|{q['q']}"] = best(q["q"])
@@ -596,8 +606,7 @@ def quotes(args: argparse.Namespace) -> None:
             quote = None if r["kind"] == "withheld" else lines[f"{r['kind']}|{r['question']}"]
             r["quote"] = quote
             r["quote_correct"] = quote_right(quote, r["expected"] if r["answerable"] else None)
-        given = {**body["choice"], "signals": tuple(body["choice"]["signals"])}
-        plain = replace(probe_fit.Choice(**given), quote_refusals=False)
+        plain = replace(choice_of(body), quote_refusals=False)
         rows = probe_fit.Rows(body["rows"], np.load(TRAINING / f"{llm}.npy").astype(np.float64))
         quoting = probe_fit.prefers_quotes(rows, plain, refusal_gate(llm))
         body["choice"] = {**body["choice"], "quote_refusals": quoting}

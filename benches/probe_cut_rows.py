@@ -64,11 +64,8 @@ def collect(llm: str, layer: int) -> tuple[list[dict[str, Any]], np.ndarray]:
                     for it in held
                     if (rest := without_fact(it["text"], q["expect"]))
                 ]
-                services.store.edge().delete([it["id"] for it in held])
-                upload_items(client, cut)
-                asked = answer_probe.ask(services, config, q["q"])
-                services.store.edge().delete([it["id"] for it in cut])
-                upload_items(client, held)
+                with answer_probe.swapped(services, client, held, cut):
+                    asked = answer_probe.ask(services, config, q["q"])
                 grade = answer_probe.graded(asked, None)
                 rows.append(
                     {

@@ -343,6 +343,8 @@ def run_set(
         collection = services.store.edge()
         if "engine" in surfaces:  # files are uploaded whole: the server chunks them
             upload_engine(client, app, collection_name(name), evset.documents)
+        with app.app_context():
+            config = answer_config_of(app)
         for item, surface in [(q, s) for q in questions for s in surfaces]:
             if surface == "answer":
                 got = ask(client, item["q"])
@@ -380,8 +382,6 @@ def run_set(
                 "found": not refused,
             }
             if quotes and surface == "answer":
-                with app.app_context():
-                    config = answer_config_of(app)
                 row["quote"] = grounded(services, config, item["q"])[1].quotable()
             if surface == "engine":
                 row["citations"] = got["markers"] > 0
