@@ -448,8 +448,8 @@ def search(args: argparse.Namespace) -> None:
             reworded_weight=reworded,
             few_weight=few,
         )
-        quotes = probe_fit.prefers_quotes(rows, choice, refusal_gate(llm))
-        choice = replace(choice, quote_refusals=quotes)
+        refusals, yes_no = probe_fit.quoting(rows, choice, refusal_gate(llm))
+        choice = replace(choice, quote_refusals=refusals, quote_yes_no=yes_no)
         save_training(llm, meta, rows.hidden, choice, report)
         print(f"{llm}: chose {choice}")
 
@@ -507,9 +507,7 @@ def load_training(
     hidden = np.load(directory / f"{llm}.npy").astype(np.float64)
     choice = choice_of(body)
     rows = probe_fit.Rows(body["rows"], hidden)
-    if choice.quote_refusals:
-        rows = probe_fit.with_quotes(rows, refusal_gate(llm))
-    return rows, choice, body
+    return probe_fit.as_served(rows, choice, refusal_gate(llm)), choice, body
 
 
 def choice_of(body: dict[str, Any]) -> probe_fit.Choice:
@@ -543,6 +541,7 @@ def probe_document(llm: str, directory: Path = TRAINING) -> str:
         },
         "threshold": fitted.threshold,
         "quote_refusals": choice.quote_refusals,
+        "quote_yes_no": choice.quote_yes_no,
         "trained": {
             "command": f".venv/bin/python benches/answer_probe.py build --llms {llm}",
             "rows": len(rows.meta),
@@ -591,9 +590,9 @@ def ground_again(evset: eval_sets.EvalSet, llm: str, kinds: set[str]) -> dict[st
 
 def quotes(args: argparse.Namespace) -> None:
     """The committed rows' best evidence lines (`quote`, `quote_correct`),
-    grounded again without the model, and whether dev prefers refusals
-    quoted (`probe_fit.prefers_quotes`): for rows collected before `collect`
-    recorded them."""
+    grounded again without the model, and which quoting dev prefers
+    (`probe_fit.quoting`: refusals, yes-or-no questions, both or neither):
+    for rows collected before `collect` recorded them."""
     for llm in args.llms:
         path = TRAINING / f"{llm}.json"
         body = json.loads(path.read_text())
@@ -606,12 +605,11 @@ def quotes(args: argparse.Namespace) -> None:
             quote = None if r["kind"] == "withheld" else lines[f"{r['kind']}|{r['question']}"]
             r["quote"] = quote
             r["quote_correct"] = quote_right(quote, r["expected"] if r["answerable"] else None)
-        plain = replace(choice_of(body), quote_refusals=False)
         rows = probe_fit.Rows(body["rows"], np.load(TRAINING / f"{llm}.npy").astype(np.float64))
-        quoting = probe_fit.prefers_quotes(rows, plain, refusal_gate(llm))
-        body["choice"] = {**body["choice"], "quote_refusals": quoting}
+        refusals, yes_no = probe_fit.quoting(rows, choice_of(body), refusal_gate(llm))
+        body["choice"] = {**body["choice"], "quote_refusals": refusals, "quote_yes_no": yes_no}
         path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
-        print(f"{llm}: quote refusals {quoting} (wrote {path})")
+        print(f"{llm}: quote refusals {refusals}, yes-or-no questions {yes_no} (wrote {path})")
 
 
 def fit(args: argparse.Namespace) -> None:

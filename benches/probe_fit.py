@@ -14,7 +14,8 @@ Everything here looks at dev rows only. Two stages:
 With `quote_refusals`, the labels are those of a server that answers a row
 its model started to refuse (first-token refusal probability above the
 preset's gate) with the row's best evidence line: right when that line holds
-the expected fact (`with_quotes`).
+the expected fact (`with_quotes`); with `quote_yes_no`, so is every question
+that asks yes or no (the models cannot read "closed on Mondays" into a no).
 
 The threshold is the highest one at which, on the out-of-fold probabilities
 of the dev rows, the share of unanswerable questions declined (by the gate or
@@ -38,6 +39,8 @@ import numpy.typing as npt
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedGroupKFold
+
+from flask_app.rag.text import asks_yes_or_no
 
 Array = npt.NDArray[np.float64]
 FOLDS = 6
@@ -281,6 +284,8 @@ class Choice:
     few_weight: float = 0.0
     # a refusal the probe lets through is answered by the best evidence line
     quote_refusals: bool = False
+    # so is every yes-or-no question the probe lets through
+    quote_yes_no: bool = False
 
     def hidden(self) -> HiddenChoice:
         return HiddenChoice(self.c, self.withheld_weight, self.reworded_weight, self.few_weight)
@@ -322,32 +327,50 @@ def probability(fitted: Fitted, rows: Rows, signals: Sequence[str]) -> Array:
     return sigmoid(fitted.combine.score(z))
 
 
-def with_quotes(rows: Rows, refusal_probability: float) -> Rows:
-    """The rows as answered by a server that quotes a refusal: a row whose
-    first token gave a refusal more than `refusal_probability` is answered by
-    its best evidence line (`quote`; refused when it has none), right when
-    that line holds the fact (`quote_correct`)."""
+def with_quotes(
+    rows: Rows, refusal_probability: float, refusals: bool = True, yes_no: bool = False
+) -> Rows:
+    """The rows as answered by a server that quotes: a row whose first token
+    gave a refusal more than `refusal_probability` (with `refusals`), or
+    whose question asks yes or no (with `yes_no`), is answered by its best
+    evidence line (`quote`; refused when it has none), right when that line
+    holds the fact (`quote_correct`)."""
     meta = []
     for r in rows.meta:
-        if r["refusal_probability"] is not None and r["refusal_probability"] > refusal_probability:
+        refusing = r["refusal_probability"] is not None and (
+            r["refusal_probability"] > refusal_probability
+        )
+        if (refusals and refusing) or (yes_no and asks_yes_or_no(r["question"])):
             quoted = r.get("quote") is not None
             r = {**r, "refused": not quoted, "correct": quoted and bool(r["quote_correct"])}
         meta.append(r)
     return Rows(meta, rows.hidden)
 
 
-def prefers_quotes(rows: Rows, choice: Choice, refusal_probability: float) -> bool:
-    """Quote refusals when, at the refusal target, dev's out-of-fold
-    accuracy is higher with them quoted than declined."""
-    quoted = with_quotes(rows, refusal_probability)
-    right = [
-        outcome(r, fitted.oof, fitted.threshold).accuracy
-        for r, fitted in (
-            (rows, fit(rows, replace(choice, quote_refusals=False))),
-            (quoted, fit(quoted, replace(choice, quote_refusals=True))),
-        )
-    ]
-    return right[1] > right[0]
+def as_served(rows: Rows, choice: Choice, refusal_probability: float) -> Rows:
+    """The rows labelled as a server with `choice`'s probe answers them."""
+    if not (choice.quote_refusals or choice.quote_yes_no):
+        return rows
+    return with_quotes(rows, refusal_probability, choice.quote_refusals, choice.quote_yes_no)
+
+
+QUOTINGS = ((False, False), (True, False), (False, True), (True, True))
+
+
+def quoting(rows: Rows, choice: Choice, refusal_probability: float) -> tuple[bool, bool]:
+    """Whether to quote refusals and yes-or-no questions: of the four ways,
+    the one with the highest out-of-fold share of right answers at the
+    refusal target on dev (a tie goes to the one that quotes less, the
+    earlier in QUOTINGS). `rows` are labelled by the model's own answers."""
+    best, best_right = QUOTINGS[0], -1.0
+    for refusals, yes_no in QUOTINGS:
+        tried = replace(choice, quote_refusals=refusals, quote_yes_no=yes_no)
+        labelled = as_served(rows, tried, refusal_probability)
+        fitted = fit(labelled, tried)
+        right = outcome(labelled, fitted.oof, fitted.threshold).accuracy
+        if right > best_right + 1e-12:
+            best, best_right = (refusals, yes_no), right
+    return best
 
 
 def nested(rows: Rows, choice: Choice) -> tuple[Array, list[float]]:

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benches.gate_grid import outcome
 from benches.rag_eval import mentions
 from flask_app.inference.presets import PRESETS
+from flask_app.rag.text import asks_yes_or_no
 
 # Runs made before `probe_fitted_threshold` was recorded: (dev refusal target,
 # the threshold dev's out-of-fold probabilities gave it), per preset and the
@@ -107,16 +108,21 @@ def quoted(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def served(
-    rows: list[dict[str, Any]], threshold: float, refusal: float, quotes: bool = False
+    rows: list[dict[str, Any]],
+    threshold: float,
+    refusal: float,
+    quotes: bool = False,
+    yes_no: bool = False,
 ) -> str:
     """'refusals / correct' of `rows` gated as served at `threshold`: below
     it declined; above it, a first token past the refusal gate is declined,
-    or with `quotes` answered with the row's evidence line."""
+    or with `quotes` answered with the row's evidence line, as is every
+    yes-or-no question with `yes_no`."""
     cut = []
     for r in rows:
         passes = r["answerable_probability"] >= threshold
         refusing = (r["refusal_probability"] or 0.0) > refusal
-        if passes and refusing and quotes:
+        if passes and ((refusing and quotes) or (yes_no and asks_yes_or_no(r["question"]))):
             cut.append({**quoted(r), "refusal_probability": 0.0})
         else:
             cut.append({**r, "refusal_probability": 1.0 if not passes or refusing else 0.0})
@@ -148,17 +154,18 @@ def main() -> None:
         if not rows:
             continue
         quotes = bool(settings.get("quote_refusals"))
-        if quotes and any("quote" not in r for r in rows):
+        yes_no = bool(settings.get("quote_yes_no"))
+        if (quotes or yes_no) and any("quote" not in r for r in rows):
             raise SystemExit(
-                f"{llm}: the run's probe quotes the refusals it lets through, and this run "
+                f"{llm}: the run's probe quotes the answers it lets through, and this run "
                 "did not record the lines it would quote (a run made before `--ungated` "
                 "recorded them)"
             )
         refusal = PRESETS[llm].calibration.refusal_probability
         for target, threshold in points:
-            parts = [served(rows, threshold, refusal, quotes)]
+            parts = [served(rows, threshold, refusal, quotes, yes_no)]
             parts += [
-                served([r for r in rows if r["set"] == s], threshold, refusal, quotes)
+                served([r for r in rows if r["set"] == s], threshold, refusal, quotes, yes_no)
                 for s in OWN_WORDS
             ]
             print(f"| {target}% | {llm} | {threshold:.4g} | " + " | ".join(parts) + " |")

@@ -542,6 +542,8 @@ def main() -> None:
             "probe_fitted_threshold": gate.probe.threshold if gate.probe is not None else None,
             # a refusal the probe lets through answered with the best evidence line
             "quote_refusals": gate.probe is not None and gate.probe.quote_refusals,
+            # so is every yes-or-no question it lets through
+            "quote_yes_no": gate.probe is not None and gate.probe.quote_yes_no,
             "answer_min_score": settings.answer_min_score,
             "context_tokens": settings.context_tokens,
             "quant": settings.quant,

@@ -68,21 +68,24 @@ def calibrated() -> str:
 
     rows = [
         "| `--llm` | `--answer-probe` | `--answer-refusal-probability` | `--answer-judge` "
-        "| evidence units shown without neighbours | a refusal the probe lets through |",
-        "|---|---|---|---|---|---|",
+        "| evidence units shown without neighbours | a refusal the probe lets through "
+        "| a yes-or-no question the probe lets through |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, preset in PRESETS.items():
         path = probe_path(name)
         found = AnswerProbe.read(path) if path.is_file() else None
         probe = "off" if found is None else f"{found.threshold:.2f}"
         quoted = found is not None and found.quote_refusals
+        yes_no = found is not None and found.quote_yes_no
         judge = preset.calibration.judge
         alone = preset.calibration.evidence_alone_words
         rows.append(
             f"| `{name}` | {probe} | {preset.calibration.refusal_probability:g} | "
             f"{'off' if judge == 0 else f'{judge:g}'} | "
             f"{'none' if alone is None else f'{alone} words or more'} | "
-            f"{'the best evidence line is quoted' if quoted else 'declined'} |"
+            f"{'the best evidence line is quoted' if quoted else 'declined'} | "
+            f"{'the best evidence line is quoted' if yes_no else 'the model answers'} |"
         )
     return "\n".join(rows)
 

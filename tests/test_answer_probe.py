@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,7 @@ def test_probability_combines_the_hidden_score_and_the_signals() -> None:
         ({"combine": {"weights": {"colour": 1.0}, "bias": 0.0, "fill": {}}}, "unknown signals"),
         ({"layer": "middle"}, "not a probe file"),
         ({"quote_refusals": "false"}, "quote_refusals must be true or false"),
+        ({"quote_yes_no": 1}, "quote_yes_no must be true or false"),
     ],
 )
 def test_a_bad_probe_file_is_refused_with_the_reason(change: dict[str, Any], message: str) -> None:
@@ -230,6 +232,7 @@ def test_the_health_and_info_routes_name_the_probe(
         "layer": LAYER,
         "signals": ["hidden", "refusal_logit"],
         "quote_refusals": False,
+        "quote_yes_no": False,
         "file": None,
     }
     assert client.get("/info").get_json()["models"]["llm"]["answer_gate"] == gate
@@ -331,6 +334,44 @@ def test_a_model_about_to_refuse_is_declined_when_the_probe_passes(
     assert body["answerable_probability"] > 0.5
     body = client.post("/answer", json={"query": "Is the spare key with the neighbour?"})
     assert body.get_json()["answer"].startswith("The documents do not answer this directly")
+
+
+def test_a_probe_fitted_with_yes_no_quotes_answers_a_yes_or_no_question_with_the_best_line(
+    tmp_path: Path,
+) -> None:
+    """A probe file with "quote_yes_no": a yes-or-no question the probe lets
+    through is answered with the best evidence line, not the model's verdict,
+    on /answer and /answer/stream alike; other questions keep the model's
+    answer; a question the probe declines is declined; /health says so."""
+    backend = ScriptedBackend(ANSWER, hidden_state=scripted_state, refusal_probability=0.1)
+    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
+    probe = AnswerProbe.from_dict(probe_dict(quote_yes_no=True))
+    services: Services = stores.services(
+        settings,
+        LLM(backend, max_waiters=2, timeout=10.0),
+        HashEmbedder(),
+        gate=Gate(probe, threshold=0.5),
+    )
+    app = create_app(settings, services)
+    client = app.test_client()
+    r = client.post(
+        "/upload", json={"store_mode": "text", "items": [{"id": "h", "text": DOCUMENT}]}
+    )
+    assert r.status_code == 200
+    quoted = f'The documents say: "{DOCUMENT}"'
+    body = client.post("/answer", json={"query": "Is the spare key with the neighbour?"})
+    assert body.get_json()["answer"] == quoted
+    assert body.get_json()["answerable_probability"] > 0.5
+    stream = client.post("/answer/stream", json={"query": "Is the spare key with the neighbour?"})
+    events = [line for line in stream.data.decode().split("\n") if line.startswith("data: ")]
+    deltas = [json.loads(e[6:]).get("delta") for e in events]
+    assert "".join(d for d in deltas if d) == quoted
+    body = client.post("/answer", json={"query": "Where is the spare key?"}).get_json()
+    assert body["answer"] == ANSWER  # not a yes-or-no question: the model answers
+    body = client.post("/answer", json={"query": "Is the bin collection free?"}).get_json()
+    assert not body["answer"].startswith("The documents say")  # the probe declined
+    assert body["answerable_probability"] < 0.5
+    assert client.get("/health").get_json()["llm"]["answer_gate"]["quote_yes_no"] is True
 
 
 def test_a_probe_fitted_with_quotes_quotes_the_best_line_instead_of_a_refusal(
@@ -464,6 +505,33 @@ def test_the_test_frontier_reads_the_dev_thresholds_of_the_probe_a_run_used() ->
     assert dev_frontier("qwen2.5-coder-0.5b", {"evidence_alone_words": 15})[2] == (80, 0.3168)
 
 
+def test_the_test_frontier_answers_a_yes_or_no_question_with_its_recorded_line() -> None:
+    """probe_test_frontier.served with `yes_no`: a yes-or-no question the
+    probe passes is answered by its recorded line, whatever the model said;
+    other questions keep the model's answer."""
+    from benches.probe_test_frontier import served
+
+    def row(question: str, answer: str, quote: str | None) -> dict[str, Any]:
+        return {
+            "set": "town-notices",
+            "question": question,
+            "expected": ["closed"],
+            "answerable_probability": 0.9,
+            "refusal_probability": 0.01,
+            "answer": answer,
+            "correct": "closed" in answer,
+            "quote": quote,
+        }
+
+    monday = "The library is closed on Mondays."
+    rows = [
+        row("Can I go to the library on a Monday?", "Yes, you can.", monday),
+        row("When is the library closed?", "It is closed on Mondays.", "Opening hours apply."),
+    ]
+    assert served(rows, 0.5, 0.3) == "– / 50%"
+    assert served(rows, 0.5, 0.3, yes_no=True) == "– / 100%"
+
+
 def test_the_test_frontier_gates_a_quoting_probe_with_the_lines_the_run_recorded(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -555,6 +623,41 @@ def test_rows_are_labelled_as_a_server_quoting_refusals_answers_them() -> None:
     labels = [(r["refused"], r["correct"]) for r in rows.meta]
     assert labels == [(False, True), (False, False), (True, False), (True, False), (False, False)]
     assert meta[0]["refused"] is True  # the rows given are left as they were
+
+
+def test_rows_are_labelled_as_a_server_quoting_yes_or_no_questions_answers_them() -> None:
+    """probe_fit.with_quotes with `yes_no`: a yes-or-no question is answered
+    by its best line whatever its first token said; other questions keep
+    their labels unless refusals are quoted too."""
+    from benches import probe_fit
+
+    def row(question: str, refusal: float, quote: str | None, correct: bool) -> dict[str, Any]:
+        return {
+            "question": question,
+            "refusal_probability": refusal,
+            "quote": quote,
+            "quote_correct": quote is not None and "closed" in quote,
+            "refused": refusal > 0.3,
+            "correct": correct,
+        }
+
+    monday = "The library is closed on Mondays."
+    meta = [
+        row("Can I go to the library on a Monday?", 0.1, monday, False),  # said yes: wrong
+        row("Is the library open on Mondays?", 0.9, None, False),  # nothing to quote
+        row("When is the library closed?", 0.1, monday, True),  # not yes-or-no
+        row("When does the library open?", 0.9, "Opening hours.", False),  # refusal
+    ]
+    rows = probe_fit.Rows(meta, np.zeros((4, 2)))
+    labels = [
+        (r["refused"], r["correct"]) for r in probe_fit.with_quotes(rows, 0.3, False, True).meta
+    ]
+    assert labels == [(False, True), (True, False), (False, True), (True, False)]
+    both = probe_fit.with_quotes(rows, 0.3, True, True).meta
+    assert [(r["refused"], r["correct"]) for r in both][3] == (False, False)
+    choice = probe_fit.Choice(13, 0.01, 0.0, (), 0.8, quote_yes_no=True)
+    assert probe_fit.as_served(rows, choice, 0.3).meta[0]["correct"] is True
+    assert probe_fit.as_served(rows, replace(choice, quote_yes_no=False), 0.3) is rows
 
 
 def test_dev_outcomes_per_set_are_each_sets_own() -> None:

@@ -122,7 +122,8 @@ def answer_gate(settings: Settings) -> Check:
             "answer gate",
             True,
             f"answerability probe {name} (layer {gate.probe.layer}, threshold {gate.threshold}"
-            f"{', refusals it passes quoted' if gate.probe.quote_refusals else ''})",
+            f"{', refusals it passes quoted' if gate.probe.quote_refusals else ''}"
+            f"{', yes-or-no questions it passes quoted' if gate.probe.quote_yes_no else ''})",
         )
     calibration = settings.calibration()
     detail = (

@@ -22,7 +22,9 @@ Monday?" → the opening hours): the models cannot read a schedule into a
 yes or no, and cannot tell when the documents settle it. Where the
 answerability probe let the answer through and its file says so, a model
 about to refuse gets the best evidence line quoted as the answer instead
-(the 0.5B words fewer answers than the documents hold). Shared words
+(the 0.5B words fewer answers than the documents hold), and so does a
+yes-or-no question where the file says so (the models answer "Can I go on
+a Monday?" with a yes over "closed on Mondays"). Shared words
 between question and passage decide nothing on their own: a question in
 other words than its passage still reaches the model. An answer that only restates the
 question, or answers "Which …" with the question's own subject and names
@@ -405,15 +407,19 @@ class AnswerStream:
         stopped_repeating = False
         for delta in clean_stream(self._tokens):
             decline = None if parts or not self._grounding.sources else self._declines()
-            if decline is not None:
+            if not parts and self._answers_with_quote(decline):
+                # the probe says the documents hold the answer; the model
+                # cannot word it (a refusal) or read it into a yes or no:
+                # their best line is the answer
                 self._tokens.close()
                 line = self._grounding.quotable()
-                if decline is Decline.REFUSAL and line is not None and self._quotes_refusals():
-                    # the probe says the documents hold the answer; the model
-                    # cannot word it: their best line is the answer
+                if line is not None:
                     yield prompts.quote_suffix(line, after_answer=False)
                     self._ended(refused=False, declined=False)
                     return
+                decline = decline or Decline.REFUSAL  # no line to quote: declined
+            if decline is not None:
+                self._tokens.close()
                 quote = self._quote_instead_of_refusal()
                 yield form.refusal if quote is None else quote
                 self._ended(refused=quote is None, declined=True)
@@ -434,10 +440,16 @@ class AnswerStream:
             yield prompts.quote_suffix(line, bool(text.strip()))
         self._ended(refused=False, declined=False, stopped_repeating=stopped_repeating)
 
-    def _quotes_refusals(self) -> bool:
-        """The probe let the answer through and was fitted with refusals quoted."""
+    def _answers_with_quote(self, decline: Decline | None) -> bool:
+        """The probe let the answer through, and its file was fitted with the
+        best evidence line answering a refusal (`quote_refusals`) or a
+        yes-or-no question (`quote_yes_no`)."""
         probe = self._config.probe
-        return probe is not None and probe.quote_refusals and self.probe_probability is not None
+        if probe is None or self.probe_probability is None or decline is Decline.GATE:
+            return False
+        if decline is Decline.REFUSAL and probe.quote_refusals:
+            return True
+        return probe.quote_yes_no and asks_yes_or_no(self._question.query)
 
     def _quote_instead_of_refusal(self) -> str | None:
         """A declined yes-or-no question's closest evidence line, quoted

@@ -86,6 +86,9 @@ class AnswerProbe:
     # refuse, the best evidence line is quoted instead (what the probe's
     # labels were fitted on: docs/answer-quality.md)
     quote_refusals: bool = False
+    # True: every yes-or-no question the probe lets through is answered with
+    # the best evidence line, not the model's verdict
+    quote_yes_no: bool = False
 
     @property
     def uses_judge(self) -> bool:
@@ -117,9 +120,10 @@ class AnswerProbe:
             unknown = set(combine) - {"hidden", *SIGNALS}
             if unknown:
                 raise ProbeError(f"{where}: unknown signals {sorted(unknown)}")
-            quote_refusals = data.get("quote_refusals", False)
-            if not isinstance(quote_refusals, bool):
-                raise ProbeError(f"{where}: quote_refusals must be true or false")
+            quotes = {key: data.get(key, False) for key in ("quote_refusals", "quote_yes_no")}
+            for key, value in quotes.items():
+                if not isinstance(value, bool):
+                    raise ProbeError(f"{where}: {key} must be true or false")
             return cls(
                 preset=str(data["preset"]),
                 gguf_sha256=str(data["gguf_sha256"]),
@@ -131,7 +135,8 @@ class AnswerProbe:
                 fill={str(k): float(v) for k, v in data["combine"]["fill"].items()},
                 threshold=float(data["threshold"]),
                 path=path,
-                quote_refusals=quote_refusals,
+                quote_refusals=quotes["quote_refusals"],
+                quote_yes_no=quotes["quote_yes_no"],
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ProbeError):
@@ -176,6 +181,7 @@ class Gate:
             "layer": self.probe.layer,
             "signals": sorted(self.probe.combine),
             "quote_refusals": self.probe.quote_refusals,
+            "quote_yes_no": self.probe.quote_yes_no,
             "file": None if self.probe.path is None else self.probe.path.name,
         }
 

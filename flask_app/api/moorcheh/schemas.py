@@ -155,6 +155,8 @@ class AnswerGate(BaseModel):
     signals: list[str] | None = None  # probe: what it combines
     # probe: a refusal it lets through is answered with the best evidence line
     quote_refusals: bool | None = None
+    # probe: a yes-or-no question it lets through is answered with the best line
+    quote_yes_no: bool | None = None
     file: str | None = None  # probe: its file
     refusal_probability: float | None = None  # refusal: the first-token threshold
     judge: float | None = None  # refusal: the judge threshold (0: not asked)
