@@ -351,7 +351,8 @@ def collect(args: argparse.Namespace) -> None:
 
 TRAINING = Path(__file__).parent / "results" / "answer_probe"
 # The share of the dev splits' unanswerable questions a probe must decline: the
-# test targets (0.5B 70%, 1.5B 85%) with a margin for ~50 dev questions.
+# test targets (0.5B 70%, 1.5B 85%) with a margin for 52 dev questions (42 and
+# 48 of 52 are the fewest whose one-sided 90% Clopper-Pearson bound reaches them).
 REFUSAL_TARGETS = {"qwen2.5-coder-0.5b": 0.80, "qwen2.5-coder-1.5b": 0.92}
 C_GRID = (0.003, 0.01, 0.03, 0.1)
 # the refusal targets of the dev frontier's table (docs/answer-quality.md)

@@ -372,6 +372,12 @@ def test_a_probe_fitted_with_yes_no_quotes_answers_a_yes_or_no_question_with_the
     assert not body["answer"].startswith("The documents say")  # the probe declined
     assert body["answerable_probability"] < 0.5
     assert client.get("/health").get_json()["llm"]["answer_gate"]["quote_yes_no"] is True
+    # Lucidworks: the quote is an answer found
+    document = {"body": DOCUMENT, "source": "http://example.com/house"}
+    batch = {"batch": [{"text": "Is the spare key with the neighbour?", "documents": [document]}]}
+    prediction = client.post(LUCIDWORKS, json=batch).get_json()["predictions"][0]
+    assert prediction["answerFound"] is True, prediction
+    assert quoted in prediction["response"]
 
 
 def test_a_probe_fitted_with_quotes_quotes_the_best_line_instead_of_a_refusal(
