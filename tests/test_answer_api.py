@@ -167,7 +167,7 @@ def test_a_declined_yes_or_no_question_gets_its_closest_evidence_quoted(tmp_path
     never = build(tmp_path / "never", backend, answer_yes_no_quote="off").test_client()
     body = never.post("/answer", json={"query": "Is the museum open on Mondays?"}).get_json()
     assert body["answer"] == NO_CONTEXT_ANSWER
-    assert Settings.load({}, {}).yes_no_quote() == AnswerConfig().quote_yes_no
+    assert Settings.load({}, {}).yes_no_quote() == AnswerConfig().closest_line_min_cosine
 
 
 def test_a_question_about_one_product_never_reads_or_quotes_its_siblings_sheet(

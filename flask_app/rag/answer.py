@@ -90,7 +90,7 @@ class AnswerConfig:
     # to it in meaning quoted, said not to be a verdict, instead of the
     # refusal, when their cosine is at least this (None: never); the models
     # cannot read a schedule into a yes or no (docs/answer-quality.md)
-    quote_yes_no: float | None = 0.4
+    closest_line_min_cosine: float | None = 0.4
     # the answerability probe (None: the refusal and judge gates decide) and
     # the probability it must reach for the model's answer to be kept
     probe: AnswerProbe | None = None
@@ -454,7 +454,7 @@ class AnswerStream:
     def _quote_instead_of_refusal(self) -> str | None:
         """A declined yes-or-no question's closest evidence line, quoted
         (None: the refusal stands)."""
-        floor = self._config.quote_yes_no
+        floor = self._config.closest_line_min_cosine
         line, meaning = self._grounding.closest, self._grounding.closest_meaning
         if floor is None or line is None or meaning is None or meaning < floor:
             return None

@@ -55,7 +55,7 @@ def answer_config_of(app: Flask) -> AnswerConfig:
         judge=calibration.judge,
         evidence_alone_words=calibration.evidence_alone_words,
         min_cosine=cosine_floor(settings.answer_min_score, settings.score_mapping),
-        quote_yes_no=settings.yes_no_quote(),
+        closest_line_min_cosine=settings.yes_no_quote(),
     )
 
 
