@@ -607,7 +607,14 @@ def quotes(args: argparse.Namespace) -> None:
             r["quote"] = quote
             r["quote_correct"] = quote_right(quote, r["expected"] if r["answerable"] else None)
         rows = probe_fit.Rows(body["rows"], np.load(TRAINING / f"{llm}.npy").astype(np.float64))
-        refusals, yes_no = probe_fit.quoting(rows, choice_of(body), refusal_gate(llm))
+        outcomes = probe_fit.quoting_outcomes(rows, choice_of(body), refusal_gate(llm))
+        for (by_refusal, by_yes_no), dev in outcomes.items():
+            print(
+                f"{llm}: refusals quoted {by_refusal}, yes-or-no questions {by_yes_no}: "
+                f"dev {dev.refusals:.1%} declined / {dev.accuracy:.1%} right "
+                f"(threshold {dev.threshold:.3f})"
+            )
+        refusals, yes_no = probe_fit.chosen_quoting(outcomes)
         body["choice"] = {**body["choice"], "quote_refusals": refusals, "quote_yes_no": yes_no}
         path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
         print(f"{llm}: quote refusals {refusals}, yes-or-no questions {yes_no} (wrote {path})")

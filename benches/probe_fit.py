@@ -357,19 +357,34 @@ def as_served(rows: Rows, choice: Choice, refusal_probability: float) -> Rows:
 QUOTINGS = ((False, False), (True, False), (False, True), (True, True))
 
 
-def quoting(rows: Rows, choice: Choice, refusal_probability: float) -> tuple[bool, bool]:
-    """Whether to quote refusals and yes-or-no questions: of the four ways,
-    the one with the highest out-of-fold share of right answers at the
-    refusal target on dev (a tie goes to the one that quotes less, the
-    earlier in QUOTINGS). `rows` are labelled by the model's own answers."""
-    best, best_right = QUOTINGS[0], -1.0
+def quoting_outcomes(
+    rows: Rows, choice: Choice, refusal_probability: float
+) -> dict[tuple[bool, bool], Outcome]:
+    """Dev's out-of-fold outcome at the refusal target of each way of
+    quoting (refusals, yes-or-no questions), the probe fitted for each.
+    `rows` are labelled by the model's own answers."""
+    out = {}
     for refusals, yes_no in QUOTINGS:
         tried = replace(choice, quote_refusals=refusals, quote_yes_no=yes_no)
         labelled = as_served(rows, tried, refusal_probability)
         fitted = fit(labelled, tried)
-        right = outcome(labelled, fitted.oof, fitted.threshold).accuracy
-        if right > best_right + 1e-12:
-            best, best_right = (refusals, yes_no), right
+        out[refusals, yes_no] = outcome(labelled, fitted.oof, fitted.threshold)
+    return out
+
+
+def quoting(rows: Rows, choice: Choice, refusal_probability: float) -> tuple[bool, bool]:
+    """Whether to quote refusals and yes-or-no questions (`chosen_quoting`)."""
+    return chosen_quoting(quoting_outcomes(rows, choice, refusal_probability))
+
+
+def chosen_quoting(outcomes: dict[tuple[bool, bool], Outcome]) -> tuple[bool, bool]:
+    """Of the four ways of quoting, the one with the highest out-of-fold
+    share of right answers at the refusal target on dev (a tie goes to the
+    one that quotes less, the earlier in QUOTINGS)."""
+    best = QUOTINGS[0]
+    for way in QUOTINGS[1:]:
+        if outcomes[way].accuracy > outcomes[best].accuracy + 1e-12:
+            best = way
     return best
 
 

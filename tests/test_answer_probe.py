@@ -708,3 +708,18 @@ def test_a_cut_row_keeps_its_passage_but_the_sentences_holding_the_fact() -> Non
         "Pulse P5 earbuds. The case charges wirelessly on any Qi pad. Rated IPX7."
     )
     assert without_fact("Rated IPX7.", ["IPX7"]) == ""
+
+
+def test_the_way_of_quoting_is_the_one_dev_answers_most_with_ties_to_quoting_less() -> None:
+    from benches import probe_fit
+
+    def ways(*rights: float) -> dict[tuple[bool, bool], probe_fit.Outcome]:
+        return {
+            way: probe_fit.Outcome(0.5, 0.8, right)
+            for way, right in zip(probe_fit.QUOTINGS, rights, strict=True)
+        }
+
+    assert probe_fit.chosen_quoting(ways(0.59, 0.56, 0.66, 0.61)) == (False, True)
+    assert probe_fit.chosen_quoting(ways(0.52, 0.58, 0.52, 0.58)) == (True, False)
+    assert probe_fit.chosen_quoting(ways(0.50, 0.50, 0.50, 0.50)) == (False, False)
+    assert probe_fit.chosen_quoting(ways(0.52, 0.577, 0.52, 0.583)) == (True, True)
