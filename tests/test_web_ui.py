@@ -306,3 +306,31 @@ def test_the_store_the_cli_tour_filled_is_shown_and_answers(
         assert sources and any(s.startswith("hours (") for s in sources), sources
         assert "Which day is the museum shut?" in backend.prompts[-1]
         assert "closed on Mondays" in backend.prompts[-1]  # the stored passage reached the model
+
+
+def test_the_page_names_the_probe_gate_and_what_it_quotes(
+    browser: WebDriver, tmp_path: Path
+) -> None:
+    """The header's "answer gate" says the probe decides, at which
+    threshold, and which answers it lets through are quoted lines."""
+    from flask_app.rag.answerability import AnswerProbe, Gate
+    from tests.test_answer_probe import probe_dict
+
+    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
+    probe = AnswerProbe.from_dict(probe_dict(quote_refusals=True, quote_yes_no=True))
+    app = create_app(
+        settings,
+        assemble(
+            settings,
+            Store(settings.data_dir),
+            LLM(ScriptedBackend("Closed on Mondays."), timeout=30),
+            HashEmbedder(),
+            gate=Gate(probe, threshold=0.42),
+        ),
+    )
+    with serve_in_thread(app) as base:
+        browser.get(base + "/")
+        wait = WebDriverWait(browser, 20)
+        wait.until(ec.text_to_be_present_in_element((By.ID, "health-gate"), "probe"))
+        label = browser.find_element(By.ID, "health-gate").text
+        assert label == "probe ≥ 0.42, refusals quoted, yes/no questions quoted"
