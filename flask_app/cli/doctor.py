@@ -121,7 +121,7 @@ def answer_gate(settings: Settings) -> Check:
         return Check(
             "answer gate",
             True,
-            f"answerability probe {name} (layer {gate.probe.layer}, threshold {gate.threshold}"
+            f"answerability probe {name} (layer {gate.probe.layer}, threshold {gate.threshold:.3g}"
             f"{', refusals it passes quoted' if gate.probe.quote_refusals else ''}"
             f"{', yes-or-no questions it passes quoted' if gate.probe.quote_yes_no else ''})",
         )
