@@ -166,14 +166,18 @@ def scripted_state(prompt: str) -> list[float]:
     return state(3.0 if KNOWN in question.lower() else -3.0)
 
 
-def probe_gated_app(tmp_path: Path, backend: ScriptedBackend, threshold: float) -> Flask:
-    """An app whose gate is the test probe at `threshold`, holding DOCUMENT."""
+def probe_gated_app(
+    tmp_path: Path, backend: ScriptedBackend, threshold: float, **probe_changes: Any
+) -> Flask:
+    """An app whose gate is the test probe (with `probe_changes` to its
+    file) at `threshold`, holding DOCUMENT."""
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
+    probe = AnswerProbe.from_dict(probe_dict(**probe_changes))
     services: Services = stores.services(
         settings,
         LLM(backend, max_waiters=2, timeout=10.0),
         HashEmbedder(),
-        gate=Gate(AnswerProbe.from_dict(probe_dict()), threshold=threshold),
+        gate=Gate(probe, threshold=threshold),
     )
     app = create_app(settings, services)
     r = app.test_client().post(
@@ -336,6 +340,23 @@ def test_a_model_about_to_refuse_is_declined_when_the_probe_passes(
     assert body.get_json()["answer"].startswith("The documents do not answer this directly")
 
 
+def quoting_app(tmp_path: Path, refusal_probability: float, **quotes: bool) -> Flask:
+    """The probe-gated app, its probe fitted with `quotes` (quote_refusals,
+    quote_yes_no), its model's first token giving a refusal `refusal_probability`."""
+    backend = ScriptedBackend(
+        ANSWER, hidden_state=scripted_state, refusal_probability=refusal_probability
+    )
+    return probe_gated_app(tmp_path, backend, 0.5, **quotes)
+
+
+def lucidworks_prediction(client: FlaskClient, question: str) -> dict[str, Any]:
+    """The Lucidworks RAG prediction for `question` over DOCUMENT, sent with it."""
+    document = {"body": DOCUMENT, "source": "http://example.com/house"}
+    batch = {"batch": [{"text": question, "documents": [document]}]}
+    prediction: dict[str, Any] = client.post(LUCIDWORKS, json=batch).get_json()["predictions"][0]
+    return prediction
+
+
 def test_a_probe_fitted_with_yes_no_quotes_answers_a_yes_or_no_question_with_the_best_line(
     tmp_path: Path,
 ) -> None:
@@ -343,21 +364,8 @@ def test_a_probe_fitted_with_yes_no_quotes_answers_a_yes_or_no_question_with_the
     through is answered with the best evidence line, not the model's verdict,
     on /answer and /answer/stream alike; other questions keep the model's
     answer; a question the probe declines is declined; /health says so."""
-    backend = ScriptedBackend(ANSWER, hidden_state=scripted_state, refusal_probability=0.1)
-    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
-    probe = AnswerProbe.from_dict(probe_dict(quote_yes_no=True))
-    services: Services = stores.services(
-        settings,
-        LLM(backend, max_waiters=2, timeout=10.0),
-        HashEmbedder(),
-        gate=Gate(probe, threshold=0.5),
-    )
-    app = create_app(settings, services)
+    app = quoting_app(tmp_path, refusal_probability=0.1, quote_yes_no=True)
     client = app.test_client()
-    r = client.post(
-        "/upload", json={"store_mode": "text", "items": [{"id": "h", "text": DOCUMENT}]}
-    )
-    assert r.status_code == 200
     quoted = f'The documents say: "{DOCUMENT}"'
     body = client.post("/answer", json={"query": "Is the spare key with the neighbour?"})
     assert body.get_json()["answer"] == quoted
@@ -373,9 +381,7 @@ def test_a_probe_fitted_with_yes_no_quotes_answers_a_yes_or_no_question_with_the
     assert body["answerable_probability"] < 0.5
     assert client.get("/health").get_json()["llm"]["answer_gate"]["quote_yes_no"] is True
     # Lucidworks: the quote is an answer found
-    document = {"body": DOCUMENT, "source": "http://example.com/house"}
-    batch = {"batch": [{"text": "Is the spare key with the neighbour?", "documents": [document]}]}
-    prediction = client.post(LUCIDWORKS, json=batch).get_json()["predictions"][0]
+    prediction = lucidworks_prediction(client, "Is the spare key with the neighbour?")
     assert prediction["answerFound"] is True, prediction
     assert quoted in prediction["response"]
 
@@ -386,21 +392,8 @@ def test_a_probe_fitted_with_quotes_quotes_the_best_line_instead_of_a_refusal(
     """A probe file with "quote_refusals": the probe passes, the first token
     says the model refuses: the best evidence line is the answer (a yes-or-no
     question's too); the probe declining still gives the fixed sentence."""
-    backend = ScriptedBackend(ANSWER, hidden_state=scripted_state, refusal_probability=0.9)
-    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
-    probe = AnswerProbe.from_dict(probe_dict(quote_refusals=True))
-    services: Services = stores.services(
-        settings,
-        LLM(backend, max_waiters=2, timeout=10.0),
-        HashEmbedder(),
-        gate=Gate(probe, threshold=0.5),
-    )
-    app = create_app(settings, services)
+    app = quoting_app(tmp_path, refusal_probability=0.9, quote_refusals=True)
     client = app.test_client()
-    r = client.post(
-        "/upload", json={"store_mode": "text", "items": [{"id": "h", "text": DOCUMENT}]}
-    )
-    assert r.status_code == 200
     quoted = f'The documents say: "{DOCUMENT}"'  # one short paragraph: one unit
     for query in ("Where is the spare key?", "Is the spare key with the neighbour?"):
         body = client.post("/answer", json={"query": query}).get_json()
@@ -410,9 +403,7 @@ def test_a_probe_fitted_with_quotes_quotes_the_best_line_instead_of_a_refusal(
     assert body["answer"] == NO_CONTEXT_ANSWER
     assert client.get("/health").get_json()["llm"]["answer_gate"]["quote_refusals"] is True
     # Lucidworks: the quote is an answer found, from the document holding it
-    document = {"body": DOCUMENT, "source": "http://example.com/house"}
-    batch = {"batch": [{"text": "Where is the spare key?", "documents": [document]}]}
-    prediction = client.post(LUCIDWORKS, json=batch).get_json()["predictions"][0]
+    prediction = lucidworks_prediction(client, "Where is the spare key?")
     assert prediction["answerFound"] is True, prediction
     assert quoted in prediction["response"]
     assert prediction["sources"] == ["http://example.com/house"], prediction
