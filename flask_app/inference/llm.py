@@ -303,6 +303,13 @@ class LlamaBackend:
             tap = self._tap if hidden is not None else None
             if tap is not None and hidden is not None:
                 tap.arm(hidden.layers)
+                if self._llama.n_tokens > 0:
+                    # a prompt already whole in the KV cache (the same question
+                    # again after an answer that stopped at its first token) is
+                    # sampled without a decode, leaving no hidden state to read:
+                    # one cached token fewer makes llama-cpp-python replay the
+                    # prompt's last token
+                    self._llama.n_tokens -= 1
             first = [True]
 
             def read_first_step(_ids: Any, logits: Any) -> Any:
