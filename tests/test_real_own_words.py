@@ -90,6 +90,21 @@ def test_can_i_visit_on_a_monday_is_answered_no(tour: str) -> None:
 
 @pytest.mark.parametrize(
     "question",
+    ["Can I visit the museum on a Monday?", "Is the guest Wi-Fi network called Calder-Guest?"],
+)
+def test_a_yes_or_no_question_never_gets_the_models_own_verdict(tour: str, question: str) -> None:
+    """Both presets' probes quote a yes-or-no question they let through
+    (the models read "closed on Mondays" into a yes): the answer is a
+    document's line, quoted, or a decline, never the model's yes or no."""
+    body = answer(tour, {"query": question})
+    assert body["answerable_probability"] is not None, body  # the probe decided
+    text = str(body["answer"])
+    assert text.startswith(("The documents say: ", "The documents do not answer this directly"))
+    assert '"' in text and "Calder" in text, body  # a line of the tour's documents
+
+
+@pytest.mark.parametrize(
+    "question",
     [
         "What is the Wi-Fi password?",
         "How much does a ticket to the museum cost?",  # a price
@@ -105,6 +120,18 @@ def test_a_question_the_documents_do_not_answer_gets_the_fixed_sentence(
     assert body["answer"] == NO_CONTEXT_ANSWER, body
     assert body["context_count"] == len(body["sources"]) >= 1  # the model was asked
     assert body["answerable_probability"] is not None, body
+
+
+def test_a_question_asked_again_is_declined_again(tour: str) -> None:
+    """A declined answer stops at its first token, leaving its whole prompt
+    in the KV cache; the same question again must still be read by the
+    probe (llama-cpp-python samples an exactly cached prompt without a
+    decode: the second ask once got "The ticket to the museum costs $10.")."""
+    question = {"query": "How much does a ticket to the museum cost?"}
+    first, again = answer(tour, question), answer(tour, question)
+    for body in (first, again):
+        assert body["answer"] == NO_CONTEXT_ANSWER, body
+        assert body["answerable_probability"] is not None, body
 
 
 KIOSK_AND_MUSEUM = [
