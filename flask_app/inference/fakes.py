@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 
 import numpy as np
 
@@ -79,6 +79,19 @@ class ScriptedBackend:
         judge: JudgeProbe | None = None,
         hidden: HiddenStateProbe | None = None,
     ) -> Iterator[str]:
+        return _Reply(self, self._run(prompt, max_tokens, sampling, probe, judge, hidden))
+
+    def _run(
+        self,
+        prompt: str,
+        max_tokens: int,
+        sampling: Sampling,
+        probe: FirstTokenProbe | None,
+        judge: JudgeProbe | None,
+        hidden: HiddenStateProbe | None,
+    ) -> Generator[str, None, None]:
+        """The generation, from its first next() on (as llama.cpp's: nothing
+        is read or recorded before)."""
         if judge is not None:
             self.judged.append(self.render(judge.messages))
             judge.probability = self.judge_probability
@@ -103,6 +116,30 @@ class ScriptedBackend:
         finally:
             if not finished:
                 self.closed_early += 1
+
+
+class _Reply:
+    """A scripted generation's pieces. Closed before its first piece it
+    counts as closed early too (a generator never started runs no
+    `finally`): a generation stopped before it began is stopped all the same."""
+
+    def __init__(self, backend: ScriptedBackend, run: Generator[str, None, None]) -> None:
+        self._backend = backend
+        self._run = run
+        self._started = False
+
+    def __iter__(self) -> _Reply:
+        return self
+
+    def __next__(self) -> str:
+        self._started = True
+        return next(self._run)
+
+    def close(self) -> None:
+        if not self._started:
+            self._backend.closed_early += 1
+            self._started = True
+        self._run.close()
 
 
 class HashEmbedder:
