@@ -167,6 +167,7 @@ def test_records_gone_for_good_answer_503_and_health_says_so(front: Any) -> None
     assert client.put("/namespaces/ops").status_code == 201
     records = ClusterRecords.connect(Path("unused"), timeout=60)
     ray.kill(records.actor, no_restart=True)  # as if its node never came back
+    until(records.failures)  # ray.kill returns before the actor is gone
     r = client.get("/namespaces/ops")
     assert r.status_code == 503 and int(r.headers["Retry-After"]) > 0
     r = client.post(RAG, json={"batch": [{"text": "Why Germany?", "documents": [GERMANY]}]})
