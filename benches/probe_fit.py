@@ -327,6 +327,17 @@ def probability(fitted: Fitted, rows: Rows, signals: Sequence[str]) -> Array:
     return sigmoid(fitted.combine.score(z))
 
 
+def quoted_instead(
+    row: dict[str, Any], refusal_probability: float, refusals: bool, yes_no: bool
+) -> bool:
+    """A server quoting refusals (`refusals`) and yes-or-no questions
+    (`yes_no`) answers `row`, once its probe passed it, with the best
+    evidence line instead of the model's words: its first token gave a
+    refusal more than `refusal_probability`, or its question asks yes or no."""
+    refusing = (row["refusal_probability"] or 0.0) > refusal_probability
+    return (refusals and refusing) or (yes_no and asks_yes_or_no(row["question"]))
+
+
 def with_quotes(
     rows: Rows, refusal_probability: float, refusals: bool = True, yes_no: bool = False
 ) -> Rows:
@@ -337,10 +348,7 @@ def with_quotes(
     holds the fact (`quote_correct`)."""
     meta = []
     for r in rows.meta:
-        refusing = r["refusal_probability"] is not None and (
-            r["refusal_probability"] > refusal_probability
-        )
-        if (refusals and refusing) or (yes_no and asks_yes_or_no(r["question"])):
+        if quoted_instead(r, refusal_probability, refusals, yes_no):
             quoted = r.get("quote") is not None
             r = {**r, "refused": not quoted, "correct": quoted and bool(r["quote_correct"])}
         meta.append(r)

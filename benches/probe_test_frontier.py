@@ -27,9 +27,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benches.gate_grid import outcome
+from benches.probe_fit import quoted_instead
 from benches.rag_eval import mentions
 from flask_app.inference.presets import PRESETS
-from flask_app.rag.text import asks_yes_or_no
 
 # Runs made before `probe_fitted_threshold` was recorded: (dev refusal target,
 # the threshold dev's out-of-fold probabilities gave it), per preset and the
@@ -122,7 +122,7 @@ def served(
     for r in rows:
         passes = r["answerable_probability"] >= threshold
         refusing = (r["refusal_probability"] or 0.0) > refusal
-        if passes and ((refusing and quotes) or (yes_no and asks_yes_or_no(r["question"]))):
+        if passes and quoted_instead(r, refusal, quotes, yes_no):
             cut.append({**quoted(r), "refusal_probability": 0.0})
         else:
             cut.append({**r, "refusal_probability": 1.0 if not passes or refusing else 0.0})
