@@ -449,7 +449,7 @@ def search(args: argparse.Namespace) -> None:
             reworded_weight=reworded,
             few_weight=few,
         )
-        refusals, yes_no = probe_fit.quoting(rows, choice, refusal_gate(llm))
+        refusals, yes_no = quoting(llm, rows, choice)
         choice = replace(choice, quote_refusals=refusals, quote_yes_no=yes_no)
         save_training(llm, meta, rows.hidden, choice, report)
         print(f"{llm}: chose {choice}")
@@ -589,10 +589,23 @@ def ground_again(evset: eval_sets.EvalSet, llm: str, kinds: set[str]) -> dict[st
     return out
 
 
+def quoting(llm: str, rows: probe_fit.Rows, choice: probe_fit.Choice) -> tuple[bool, bool]:
+    """Whether `llm`'s server quotes refusals and yes-or-no questions
+    (`probe_fit.chosen_quoting`), with dev's outcome of each way printed."""
+    outcomes = probe_fit.quoting_outcomes(rows, choice, refusal_gate(llm))
+    for (by_refusal, by_yes_no), dev in outcomes.items():
+        print(
+            f"{llm}: refusals quoted {by_refusal}, yes-or-no questions {by_yes_no}: "
+            f"dev {dev.refusals:.1%} declined / {dev.accuracy:.1%} right "
+            f"(threshold {dev.threshold:.3f})"
+        )
+    return probe_fit.chosen_quoting(outcomes)
+
+
 def quotes(args: argparse.Namespace) -> None:
     """The committed rows' best evidence lines (`quote`, `quote_correct`),
     grounded again without the model, and which quoting dev prefers
-    (`probe_fit.quoting`: refusals, yes-or-no questions, both or neither):
+    (`quoting`: refusals, yes-or-no questions, both or neither):
     for rows collected before `collect` recorded them."""
     for llm in args.llms:
         path = TRAINING / f"{llm}.json"
@@ -607,14 +620,7 @@ def quotes(args: argparse.Namespace) -> None:
             r["quote"] = quote
             r["quote_correct"] = quote_right(quote, r["expected"] if r["answerable"] else None)
         rows = probe_fit.Rows(body["rows"], np.load(TRAINING / f"{llm}.npy").astype(np.float64))
-        outcomes = probe_fit.quoting_outcomes(rows, choice_of(body), refusal_gate(llm))
-        for (by_refusal, by_yes_no), dev in outcomes.items():
-            print(
-                f"{llm}: refusals quoted {by_refusal}, yes-or-no questions {by_yes_no}: "
-                f"dev {dev.refusals:.1%} declined / {dev.accuracy:.1%} right "
-                f"(threshold {dev.threshold:.3f})"
-            )
-        refusals, yes_no = probe_fit.chosen_quoting(outcomes)
+        refusals, yes_no = quoting(llm, rows, choice_of(body))
         body["choice"] = {**body["choice"], "quote_refusals": refusals, "quote_yes_no": yes_no}
         path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
         print(f"{llm}: quote refusals {refusals}, yes-or-no questions {yes_no} (wrote {path})")

@@ -380,11 +380,6 @@ def quoting_outcomes(
     return out
 
 
-def quoting(rows: Rows, choice: Choice, refusal_probability: float) -> tuple[bool, bool]:
-    """Whether to quote refusals and yes-or-no questions (`chosen_quoting`)."""
-    return chosen_quoting(quoting_outcomes(rows, choice, refusal_probability))
-
-
 def chosen_quoting(outcomes: dict[tuple[bool, bool], Outcome]) -> tuple[bool, bool]:
     """Of the four ways of quoting, the one with the highest out-of-fold
     share of right answers at the refusal target on dev (a tie goes to the
