@@ -36,6 +36,9 @@ gate records its signal and none declines, and each /answer row also keeps
 the evidence line a probe quoting refusals would answer with (`quote`), so
 benches/gate_grid.py and benches/probe_test_frontier.py can gate the run
 afterwards at any threshold.
+`--header-prompt` / `--footer-prompt`: every /answer request carries a
+client's own prompts (moorcheh's `header_prompt` replaces the system prompt
+the probes were fitted on); the settings block records them.
 Results: benches/results/rag_eval.json (or --json).
 """
 
@@ -124,9 +127,12 @@ def is_refusal(answer: str) -> bool:
     return bool(REFUSAL.search(answer.replace("\u2019", "'")))
 
 
-def ask(client: Any, question: str) -> dict[str, Any]:
+def ask(client: Any, question: str, prompts: dict[str, str] | None = None) -> dict[str, Any]:
+    """`question` through /answer/stream, with a client's `header_prompt` and
+    `footer_prompt` when `prompts` has them."""
     start = time.perf_counter()
-    response = client.post("/answer/stream", json={"query": question}, buffered=False)
+    body = {"query": question, **(prompts or {})}
+    response = client.post("/answer/stream", json=body, buffered=False)
     first = None
     answer, sources, done = "", [], {}
     for event, data in parse_sse(response.response):
@@ -205,6 +211,7 @@ def ask_engine(client: Any, collection: str, question: str) -> dict[str, Any]:
         "sources": spans,
         "evidence_score": None,
         "refusal_probability": None,
+        "answerable_probability": body.get("answerable_probability"),
         "ttft_s": round(end - start, 3),
         "total_s": round(end - start, 3),
     }
@@ -325,6 +332,7 @@ def run_set(
     surfaces: list[str],
     extract: bool,
     quotes: bool = False,
+    prompts: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Each question of `splits` asked on each surface; with `quotes`, each
     /answer row also records the evidence line a probe quoting refusals
@@ -347,7 +355,7 @@ def run_set(
             config = answer_config_of(app)
         for item, surface in [(q, s) for q in questions for s in surfaces]:
             if surface == "answer":
-                got = ask(client, item["q"])
+                got = ask(client, item["q"], prompts)
                 refused = is_refusal(got["answer"])
             elif surface == "lucidworks":
                 got = ask_lucidworks(client, collection, services.embedder, item["q"], extract)
@@ -488,6 +496,11 @@ def main() -> None:
         help="lucidworks requests send extractRelevantContent: false (default: not sent)",
     )
     parser.add_argument(
+        "--header-prompt",
+        help="every /answer request sends this header_prompt (replaces the system prompt)",
+    )
+    parser.add_argument("--footer-prompt", help="every /answer request sends this footer_prompt")
+    parser.add_argument(
         "--ungated",
         action="store_true",
         help="gates record their signals without declining (for benches/gate_grid.py)",
@@ -547,7 +560,17 @@ def main() -> None:
             "answer_min_score": settings.answer_min_score,
             "context_tokens": settings.context_tokens,
             "quant": settings.quant,
+            "header_prompt": args.header_prompt,
+            "footer_prompt": args.footer_prompt,
         }
+    client_prompts = {
+        key: text
+        for key, text in (
+            ("header_prompt", args.header_prompt),
+            ("footer_prompt", args.footer_prompt),
+        )
+        if text
+    }
     rows = []
     for llm in args.llms:
         for evset in chosen:
@@ -561,6 +584,7 @@ def main() -> None:
                 args.surfaces,
                 not args.whole_documents,
                 quotes=args.ungated,
+                prompts=client_prompts,
             )
     tables = tabulate(rows, names, args.surfaces, splits)
     report = {"settings": models, "results": tables, "answers": rows}

@@ -84,3 +84,25 @@ def test_quotes_are_read_back_as_the_refusals_they_replaced() -> None:
     assert lines[1].split() == ["as", "run:", "correct", "100%,", "refusals", "50%"]
     assert lines[2].split() == ["quotes", "as", "refusals:", "correct", "50%,", "refusals", "100%"]
     assert len(lines) == 5  # the two quotes listed
+
+
+def test_a_clients_prompts_go_with_every_answer_request() -> None:
+    """`--header-prompt` / `--footer-prompt`: /answer/stream is asked with
+    them, beside the query, the way a moorcheh client sends its own."""
+    from types import SimpleNamespace
+
+    from benches.rag_eval import ask
+
+    sent: list[dict[str, Any]] = []
+
+    class Client:
+        def post(self, path: str, json: dict[str, Any], buffered: bool) -> SimpleNamespace:
+            assert path == "/answer/stream"
+            sent.append(json)
+            done = b'event: done\ndata: {"answer": "Dana Ortiz."}\n\n'
+            return SimpleNamespace(response=[b'event: token\ndata: {"text": "D"}\n\n', done])
+
+    prompts = {"header_prompt": "You are a helpful assistant.", "footer_prompt": "Be brief."}
+    assert ask(Client(), "Who runs the kiosk?", prompts)["answer"] == "Dana Ortiz."
+    assert ask(Client(), "Who runs the kiosk?")["answer"] == "Dana Ortiz."
+    assert sent == [{"query": "Who runs the kiosk?", **prompts}, {"query": "Who runs the kiosk?"}]
