@@ -18,6 +18,7 @@ from flask_app.api.engine import answer as engine_answer
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
+from flask_app.rag import prompts
 from flask_app.rag.answerability import (
     FORMAT,
     AnswerProbe,
@@ -262,22 +263,25 @@ def test_lucidworks_declines_through_the_probe(
             assert prediction["tokensUsed"]["completionTokens"] == 0
 
 
+def engine_notes(app: Flask, client: FlaskClient) -> str:
+    """An Engine collection holding DOCUMENT as a file, ingested: its
+    `:answer` URL."""
+    from flask_app.api.http.extensions import collections_of
+
+    client.put("/namespaces/home")
+    client.put("/namespaces/home/collections/notes")
+    house = {"path": "house.md", "content_type": "text/markdown", "text": DOCUMENT}
+    assert client.post("/namespaces/home/collections/notes/files", json=house).status_code == 202
+    with app.app_context():
+        assert collections_of(app).ingestor.wait_idle(30)
+    return "/namespaces/home/collections/notes:answer"
+
+
 def test_engine_answer_declines_through_the_probe(
     gated: tuple[Flask, FlaskClient, ScriptedBackend],
 ) -> None:
     app, client, _ = gated
-    client.put("/namespaces/home")
-    client.put("/namespaces/home/collections/notes")
-    r = client.post(
-        "/namespaces/home/collections/notes/files",
-        json={"path": "house.md", "content_type": "text/markdown", "text": DOCUMENT},
-    )
-    assert r.status_code == 202
-    from flask_app.api.http.extensions import collections_of
-
-    with app.app_context():
-        assert collections_of(app).ingestor.wait_idle(30)
-    url = "/namespaces/home/collections/notes:answer"
+    url = engine_notes(app, client)
     body = client.post(url, json={"query": "Where is the spare key?"}).get_json()
     assert body["answer"].startswith("The spare key") and body["answerable_probability"] > 0.5
     body = client.post(url, json={"query": "What is the landlord's phone number?"}).get_json()
@@ -408,15 +412,7 @@ def test_a_probe_fitted_with_quotes_quotes_the_best_line_instead_of_a_refusal(
     assert quoted in prediction["response"]
     assert prediction["sources"] == ["http://example.com/house"], prediction
     # Engine: the quote, cited at the span of the file that holds it
-    client.put("/namespaces/home")
-    client.put("/namespaces/home/collections/notes")
-    house = {"path": "house.md", "content_type": "text/markdown", "text": DOCUMENT}
-    assert client.post("/namespaces/home/collections/notes/files", json=house).status_code == 202
-    from flask_app.api.http.extensions import collections_of
-
-    with app.app_context():
-        assert collections_of(app).ingestor.wait_idle(30)
-    url = "/namespaces/home/collections/notes:answer"
+    url = engine_notes(app, client)
     body = client.post(url, json={"query": "Where is the spare key?"}).get_json()
     assert body["answer"].startswith(quoted), body
     assert [s["path"] for s in body["sources"] if s["cited"]] == ["house.md"], body
@@ -436,6 +432,86 @@ def test_a_probe_fitted_with_quotes_quotes_the_best_line_instead_of_a_refusal(
     assert client.post("/upload", json=heading).status_code == 200
     body = client.post("/answer", json={"query": "Where is the spare key?"}).get_json()
     assert body["answer"] == NO_CONTEXT_ANSWER, body
+
+
+# --- a client's own prompts -------------------------------------------------------
+
+
+def fooled_state(prompt: str) -> list[float]:
+    """The probe read as the real 0.5B's reads: right over the prompt it was
+    fitted on, confident about every question over any other system prompt."""
+    if prompts.DEFAULT_SYSTEM_PROMPT not in prompt:
+        return state(3.0)
+    return scripted_state(prompt)
+
+
+@pytest.fixture
+def fooled(tmp_path: Path) -> tuple[Flask, FlaskClient, ScriptedBackend]:
+    backend = ScriptedBackend(ANSWER, hidden_state=fooled_state, refusal_probability=0.1)
+    app = probe_gated_app(tmp_path, backend, threshold=0.5)
+    return app, app.test_client(), backend
+
+
+CLIENT_PROMPTS = {"header_prompt": "You are a helpful assistant.", "footer_prompt": "Be brief."}
+
+
+def test_a_clients_own_prompts_leave_the_probe_reading_the_prompt_it_was_fitted_on(
+    fooled: tuple[Flask, FlaskClient, ScriptedBackend],
+) -> None:
+    """moorcheh's header_prompt replaces the system prompt (and its refusal
+    rule): the probe reads the same passages and question under the default
+    system prompt, without the footer, and the answer is generated from
+    the client's prompt."""
+    _, client, backend = fooled
+    asked = {"query": "What does the bin collection cost?", **CLIENT_PROMPTS}
+    body = client.post("/answer", json=asked).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER, body
+    assert body["answerable_probability"] < 0.5
+    read, answered = backend.prompts[-2:]
+    assert prompts.DEFAULT_SYSTEM_PROMPT in read and "Be brief." not in read
+    assert "You are a helpful assistant." in answered and "Be brief." in answered
+    assert prompts.REFUSAL_RULE not in answered
+    assert read.split("Question:")[-1] == answered.split("Question:")[-1]
+    body = client.post("/answer", json={**asked, "query": "Where is the spare key?"}).get_json()
+    assert body["answer"] == ANSWER and body["answerable_probability"] > 0.5
+    # the stream reads the same way
+    stream = client.post("/answer/stream", json=asked)
+    assert NO_CONTEXT_ANSWER in stream.data.decode()
+
+
+def test_the_default_prompt_is_read_once(
+    fooled: tuple[Flask, FlaskClient, ScriptedBackend],
+) -> None:
+    """Without a client's prompts the answer's own prefill is the probe's:
+    one generation per question."""
+    _, client, backend = fooled
+    before = len(backend.prompts)
+    body = client.post("/answer", json={"query": "What does the bin collection cost?"})
+    assert body.get_json()["answer"] == NO_CONTEXT_ANSWER
+    assert len(backend.prompts) == before + 1
+
+
+def test_engine_instructions_leave_the_probe_reading_the_prompt_it_was_fitted_on(
+    fooled: tuple[Flask, FlaskClient, ScriptedBackend],
+) -> None:
+    """Engine's `instructions` replace the answer's style, which the probe
+    was not fitted with either; so do an OpenAI chat's system messages."""
+    app, client, backend = fooled
+    url = engine_notes(app, client)
+    ask = {"query": "What is the landlord's phone number?", "instructions": "Answer in French."}
+    body = client.post(url, json=ask).get_json()
+    assert body["answer"] == engine_answer.NOT_FOUND_ANSWER, body
+    assert "Answer in French." in backend.prompts[-1]
+    chat = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "Answer in French."},
+            {"role": "user", "content": "Who owns the house?"},
+        ],
+        "rag": {"collection": "moorcheh-edge"},
+    }
+    reply = client.post("/v1/chat/completions", json=chat).get_json()
+    assert reply["rag"]["refused"] is True, reply
 
 
 def differences(made: Any, shipped: Any, where: str = "") -> list[str]:

@@ -122,6 +122,39 @@ def test_a_question_the_documents_do_not_answer_gets_the_fixed_sentence(
     assert body["answerable_probability"] is not None, body
 
 
+# the moorcheh spec's own example: a header replacing the system prompt and
+# its refusal rule, a footer before the question
+CLIENT_PROMPTS = {
+    "header_prompt": "You are a helpful assistant.",
+    "footer_prompt": "Answer briefly.",
+}
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How much does a ticket to the museum cost?",
+        # read on the client's prompt, the 0.5B's probe passed these two (P 0.44
+        # and 0.56): "…Calder-Guest, which is open from 10:00 to 18:00…"
+        "How fast is the guest Wi-Fi?",
+        "Does the museum have a cafe?",
+    ],
+)
+def test_a_clients_own_system_prompt_still_declines_what_the_documents_do_not_hold(
+    tour: str, question: str
+) -> None:
+    """The probe reads the prompt it was fitted on, not the client's (read
+    on the client's, the 0.5B's passed 80% of the unanswerable test questions)."""
+    body = answer(tour, {"query": question, **CLIENT_PROMPTS})
+    assert body["answer"] == NO_CONTEXT_ANSWER, body
+    assert body["answerable_probability"] is not None, body
+
+
+def test_a_clients_own_system_prompt_still_gets_the_tours_answer(tour: str) -> None:
+    body = answer(tour, {"query": "What is the guest Wi-Fi network called?", **CLIENT_PROMPTS})
+    assert "Calder-Guest" in str(body["answer"]), body
+
+
 def test_a_question_asked_again_is_declined_again(tour: str) -> None:
     """A declined answer stops at its first token, leaving its whole prompt
     in the KV cache; the same question again must still be read by the

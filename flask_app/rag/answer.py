@@ -24,7 +24,10 @@ answerability probe let the answer through and its file says so, a model
 about to refuse gets the best evidence line quoted as the answer instead
 (the 0.5B words fewer answers than the documents hold), and so does a
 yes-or-no question where the file says so (the models answer "Can I go on
-a Monday?" with a yes over "closed on Mondays"). Shared words
+a Monday?" with a yes over "closed on Mondays"). Over a client's own
+system prompt or footer the probe reads the prompt it was fitted on (the
+same passages and question, the default system prompt, no footer) in a
+one-token pass first, and the answer comes from the client's. Shared words
 between question and passage decide nothing on their own: a question in
 other words than its passage still reaches the model. An answer that only restates the
 question, or answers "Which …" with the question's own subject and names
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import enum
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
@@ -45,6 +49,7 @@ import numpy.typing as npt
 
 from flask_app.inference.llm import (
     LLM,
+    ChatMessage,
     FirstTokenProbe,
     HiddenStateProbe,
     JudgeProbe,
@@ -305,6 +310,17 @@ class Outcome:
     answerable_probability: float | None
 
 
+@dataclass(frozen=True)
+class PrefillReading:
+    """What the answer gates read from one prefill: the hidden state, the
+    first token's refusal probability and the judge's P(yes), each where
+    asked for."""
+
+    hidden: HiddenStateProbe | None
+    first_token: FirstTokenProbe | None
+    judge: JudgeProbe | None
+
+
 class Decline(enum.Enum):
     GATE = "gate"  # the probe or the judge: the documents do not hold the answer
     REFUSAL = "refusal"  # the first token: the model is about to refuse
@@ -323,11 +339,15 @@ class AnswerStream:
         question: Question,
         config: AnswerConfig,
         hidden: HiddenStateProbe | None = None,
+        fitted: PrefillReading | None = None,
     ) -> None:
         self._tokens = tokens
         self._probe = probe
         self._judge = judge
         self._hidden = hidden
+        # the gates' reading of the prompt the probe was fitted on, where the
+        # answer's own prompt is a client's (None: they read the answer's)
+        self._fitted = fitted
         self._grounding = grounding
         self._question = question
         self._config = config
@@ -346,7 +366,11 @@ class AnswerStream:
     def _answerable_probability(self) -> float | None:
         if self.probe_probability is not None:
             return self.probe_probability
-        return None if self._judge is None else self._judge.probability
+        judge = self._gate_judge()
+        return None if judge is None else judge.probability
+
+    def _gate_judge(self) -> JudgeProbe | None:
+        return self._judge if self._fitted is None else self._fitted.judge
 
     def _ended(self, *, refused: bool, declined: bool, stopped_repeating: bool = False) -> None:
         self._outcome = Outcome(
@@ -359,10 +383,15 @@ class AnswerStream:
 
     def _signals(self) -> Signals:
         grounding = self._grounding
+        refusal = self.refusal_probability
+        if self._fitted is not None:
+            first = self._fitted.first_token
+            refusal = None if first is None else first.probability
+        judge = self._gate_judge()
         return Signals(
             hidden=self.hidden_states,
-            refusal_probability=self.refusal_probability,
-            judge=None if self._judge is None else self._judge.probability,
+            refusal_probability=refusal,
+            judge=None if judge is None else judge.probability,
             meaning=grounding.closest_meaning,
             evidence_score=grounding.evidence_score,
             best_cosine=max((hit.score for hit in grounding.sources), default=None),
@@ -370,8 +399,11 @@ class AnswerStream:
 
     @property
     def hidden_states(self) -> dict[int, npt.NDArray[np.float32]] | None:
-        """The prompt's last-token hidden state by layer, once the first delta came."""
-        return None if self._hidden is None else self._hidden.states
+        """The last prompt token's hidden state by layer that the probe
+        reads (of the fitted prompt, where one was read), once the first
+        delta came."""
+        hidden = self._hidden if self._fitted is None else self._fitted.hidden
+        return None if hidden is None else hidden.states
 
     def _declines(self) -> Decline | None:
         """At the first delta: the probe, where it read the prefill, else the
@@ -385,7 +417,8 @@ class AnswerStream:
         probe = self._config.probe
         if probe is not None:
             self.probe_probability = probe.probability(self._signals())
-        judged = None if self._judge is None else self._judge.probability
+        judge = self._gate_judge()
+        judged = None if judge is None else judge.probability
         if self.probe_probability is not None:
             if self.probe_probability < self._config.probe_threshold:
                 return Decline.GATE
@@ -489,11 +522,20 @@ def open_answer(
         # the probe learnt single questions; a follow-up ("Who manages it?")
         # reads differently, so the refusal and judge gates decide it
         config = replace(config, probe=None)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    fitted = grounding.prompt.fitted if config.probe is not None else None
+    reading = None
+    if fitted is not None:
+        # a client's own system prompt or footer: the probe reads the prompt
+        # it was fitted on (the 0.5B's, over a client's "You are a helpful
+        # assistant.", passed 80% of the unanswerable questions)
+        reading = read_prefill(llm, fitted, question, config, abandoned, deadline)
     starts = question.form.refusal_starts
     probe = FirstTokenProbe(starts) if starts else None
     messages = grounding.prompt.messages
-    judge = JudgeProbe(prompts.judge_messages(messages)) if config.asks_judge() else None
-    layers = config.reads_layers()
+    asks_judge = config.asks_judge() and reading is None
+    judge = JudgeProbe(prompts.judge_messages(messages)) if asks_judge else None
+    layers = config.reads_layers() if reading is None else ()
     hidden = HiddenStateProbe(layers) if layers else None
     tokens = llm.stream(
         messages,
@@ -503,7 +545,45 @@ def open_answer(
         judge=judge,
         hidden=hidden,
         abandoned=abandoned,
-        timeout=timeout,
+        timeout=_left(deadline),
         prompt_tokens=grounding.prompt.prompt_tokens,
     )
-    return AnswerStream(tokens, probe, judge, grounding, question, config, hidden)
+    return AnswerStream(tokens, probe, judge, grounding, question, config, hidden, reading)
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def read_prefill(
+    llm: LLM,
+    messages: list[ChatMessage],
+    question: Question,
+    config: AnswerConfig,
+    abandoned: Callable[[], bool] | None,
+    deadline: float | None,
+) -> PrefillReading:
+    """The gates' signals from one prefill of `messages` and a single
+    token (it waits for the model like an answer, and raises as one)."""
+    layers = config.reads_layers()
+    reading = PrefillReading(
+        hidden=HiddenStateProbe(layers) if layers else None,
+        first_token=FirstTokenProbe(prompts.DEFAULT_FORM.refusal_starts),
+        judge=JudgeProbe(prompts.judge_messages(messages)) if config.asks_judge() else None,
+    )
+    tokens = llm.stream(
+        messages,
+        max_tokens=1,
+        sampling=question.sampling,
+        probe=reading.first_token,
+        judge=reading.judge,
+        hidden=reading.hidden,
+        abandoned=abandoned,
+        timeout=_left(deadline),
+    )
+    try:
+        for _ in tokens:
+            break
+    finally:
+        tokens.close()
+    return reading

@@ -67,6 +67,10 @@ class Prompt:
     messages: list[ChatMessage]
     sources: list[Hit]  # the passages actually in the prompt (score = cosine)
     prompt_tokens: int
+    # the same passages and question as the answer probes were fitted on
+    # them (the default system prompt, no footer), where a client's own
+    # words changed `messages`; None: `messages` are that prompt
+    fitted: list[ChatMessage] | None = None
 
 
 # --- retrieval -----------------------------------------------------------------
@@ -218,6 +222,31 @@ def build_messages(
     return messages
 
 
+def fitted_messages(
+    llm: LLM,
+    question: Question,
+    texts: Sequence[str],
+    sources: Sequence[Hit],
+    own: list[ChatMessage],
+) -> list[ChatMessage] | None:
+    """The prompt of `question` (whose messages are `own`) as the answer
+    probes were fitted on it: the default system prompt and no footer
+    (None: `own` is that prompt, or holds a chat history, which no probe
+    reads, or the fitted one would not fit the window)."""
+    if question.chat_history:
+        return None
+    default = replace(
+        question,
+        header_prompt=None,
+        footer_prompt=None,
+        form=replace(question.form, system=prompts.DEFAULT_SYSTEM_PROMPT),
+    )
+    fitted = build_messages(default, texts, sources)
+    if fitted == own or llm.count_chat_tokens(fitted) >= llm.n_ctx:
+        return None
+    return fitted
+
+
 def recent_history(
     turns: Sequence[ChatMessage], budget: int, count: Callable[[str], int]
 ) -> list[ChatMessage]:
@@ -274,7 +303,8 @@ def build_prompt(
         # parts and whole can tokenize a few tokens apart: the whole must fit
         overflow = total + answer_tokens - llm.n_ctx
         if overflow <= 0:
-            return Prompt(messages, list(sources[: len(texts)]), total)
+            fitted = fitted_messages(llm, trial, texts, sources, messages)
+            return Prompt(messages, list(sources[: len(texts)]), total, fitted)
         budget -= overflow + 8
     raise ContextOverflow(f"could not fit the passages into the {llm.n_ctx}-token window")
 
