@@ -563,14 +563,8 @@ def main() -> None:
             "header_prompt": args.header_prompt,
             "footer_prompt": args.footer_prompt,
         }
-    client_prompts = {
-        key: text
-        for key, text in (
-            ("header_prompt", args.header_prompt),
-            ("footer_prompt", args.footer_prompt),
-        )
-        if text
-    }
+    given = {"header_prompt": args.header_prompt, "footer_prompt": args.footer_prompt}
+    client_prompts = {key: text for key, text in given.items() if text}
     rows = []
     for llm in args.llms:
         for evset in chosen:

@@ -42,6 +42,7 @@ import enum
 import re
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -316,9 +317,28 @@ class PrefillReading:
     first token's refusal probability and the judge's P(yes), each where
     asked for."""
 
-    hidden: HiddenStateProbe | None
-    first_token: FirstTokenProbe | None
-    judge: JudgeProbe | None
+    hidden: HiddenStateProbe | None = None
+    first_token: FirstTokenProbe | None = None
+    judge: JudgeProbe | None = None
+
+    @classmethod
+    def of(
+        cls,
+        messages: list[ChatMessage],
+        config: AnswerConfig,
+        refusal_starts: tuple[str, ...],
+        gates: bool = True,
+    ) -> PrefillReading:
+        """The probes a prefill of `messages` is read with: the first token's
+        always (where the form has refusal starts), the probe's layers and
+        the judge where `gates` read this prefill."""
+        layers = config.reads_layers() if gates else ()
+        asks_judge = gates and config.asks_judge()
+        return cls(
+            hidden=HiddenStateProbe(layers) if layers else None,
+            first_token=FirstTokenProbe(refusal_starts) if refusal_starts else None,
+            judge=JudgeProbe(prompts.judge_messages(messages)) if asks_judge else None,
+        )
 
 
 class Decline(enum.Enum):
@@ -333,27 +353,23 @@ class AnswerStream:
     def __init__(
         self,
         tokens: TokenStream | None,
-        probe: FirstTokenProbe | None,
-        judge: JudgeProbe | None,
+        own: PrefillReading,
         grounding: Grounding,
         question: Question,
         config: AnswerConfig,
-        hidden: HiddenStateProbe | None = None,
         fitted: PrefillReading | None = None,
     ) -> None:
         self._tokens = tokens
-        self._probe = probe
-        self._judge = judge
-        self._hidden = hidden
-        # the gates' reading of the prompt the probe was fitted on, where the
-        # answer's own prompt is a client's (None: they read the answer's)
-        self._fitted = fitted
+        self._own = own  # the answer's own prefill: its first token says "refusing"
+        # what the gates read: the prompt the probe was fitted on, where the
+        # answer's own prompt is a client's; else the answer's own
+        self._gates = own if fitted is None else fitted
         self._grounding = grounding
         self._question = question
         self._config = config
         self.refusal_probability: float | None = None
         self.probe_probability: float | None = None  # the probe's, once it read the prefill
-        self.first_token: FirstTokenProbe | None = probe  # its distribution's readings
+        self.first_token: FirstTokenProbe | None = own.first_token  # its distribution's readings
         self._outcome: Outcome | None = None
 
     @property
@@ -366,11 +382,11 @@ class AnswerStream:
     def _answerable_probability(self) -> float | None:
         if self.probe_probability is not None:
             return self.probe_probability
-        judge = self._gate_judge()
-        return None if judge is None else judge.probability
+        return self._judged()
 
-    def _gate_judge(self) -> JudgeProbe | None:
-        return self._judge if self._fitted is None else self._fitted.judge
+    def _judged(self) -> float | None:
+        judge = self._gates.judge
+        return None if judge is None else judge.probability
 
     def _ended(self, *, refused: bool, declined: bool, stopped_repeating: bool = False) -> None:
         self._outcome = Outcome(
@@ -383,15 +399,11 @@ class AnswerStream:
 
     def _signals(self) -> Signals:
         grounding = self._grounding
-        refusal = self.refusal_probability
-        if self._fitted is not None:
-            first = self._fitted.first_token
-            refusal = None if first is None else first.probability
-        judge = self._gate_judge()
+        first = self._gates.first_token
         return Signals(
             hidden=self.hidden_states,
-            refusal_probability=refusal,
-            judge=None if judge is None else judge.probability,
+            refusal_probability=None if first is None else first.probability,
+            judge=self._judged(),
             meaning=grounding.closest_meaning,
             evidence_score=grounding.evidence_score,
             best_cosine=max((hit.score for hit in grounding.sources), default=None),
@@ -402,7 +414,7 @@ class AnswerStream:
         """The last prompt token's hidden state by layer that the probe
         reads (of the fitted prompt, where one was read), once the first
         delta came."""
-        hidden = self._hidden if self._fitted is None else self._fitted.hidden
+        hidden = self._gates.hidden
         return None if hidden is None else hidden.states
 
     def _declines(self) -> Decline | None:
@@ -412,19 +424,19 @@ class AnswerStream:
         yes-or-no question's closest line, stands in for the model's own
         refusal, or the best evidence line where the probe let it through and
         its file says to quote)."""
-        if self._probe is not None:
-            self.refusal_probability = self._probe.probability
+        first = self._own.first_token
+        if first is not None:
+            self.refusal_probability = first.probability
         probe = self._config.probe
         if probe is not None:
             self.probe_probability = probe.probability(self._signals())
-        judge = self._gate_judge()
-        judged = None if judge is None else judge.probability
+        judged = self._judged()
         if self.probe_probability is not None:
             if self.probe_probability < self._config.probe_threshold:
                 return Decline.GATE
         elif judged is not None and judged < self._config.judge:
             return Decline.GATE
-        if self._probe is None:
+        if first is None:
             return None
         if (self.refusal_probability or 0.0) > self._config.refusal_probability:
             return Decline.REFUSAL
@@ -517,73 +529,42 @@ def open_answer(
     if llm is None:
         raise LLMNotConfigured()
     if grounding.prompt is None:
-        return AnswerStream(None, None, None, grounding, question, config)
+        return AnswerStream(None, PrefillReading(), grounding, question, config)
     if question.chat_history and config.probe is not None:
         # the probe learnt single questions; a follow-up ("Who manages it?")
         # reads differently, so the refusal and judge gates decide it
         config = replace(config, probe=None)
     deadline = None if timeout is None else time.monotonic() + timeout
+
+    def start(
+        messages: list[ChatMessage],
+        reading: PrefillReading,
+        tokens: int,
+        prompt_tokens: int | None = None,
+    ) -> TokenStream:
+        return llm.stream(
+            messages,
+            max_tokens=tokens,
+            sampling=question.sampling,
+            probe=reading.first_token,
+            judge=reading.judge,
+            hidden=reading.hidden,
+            abandoned=abandoned,
+            timeout=None if deadline is None else max(0.0, deadline - time.monotonic()),
+            prompt_tokens=prompt_tokens,
+        )
+
     fitted = grounding.prompt.fitted if config.probe is not None else None
     reading = None
     if fitted is not None:
         # a client's own system prompt or footer: the probe reads the prompt
         # it was fitted on (the 0.5B's, over a client's "You are a helpful
-        # assistant.", passed 80% of the unanswerable questions)
-        reading = read_prefill(llm, fitted, question, config, abandoned, deadline)
-    starts = question.form.refusal_starts
-    probe = FirstTokenProbe(starts) if starts else None
+        # assistant.", passed 80% of the unanswerable questions), from a
+        # prefill and one token
+        reading = PrefillReading.of(fitted, config, prompts.DEFAULT_FORM.refusal_starts)
+        with closing(start(fitted, reading, 1)) as read:
+            next(iter(read), None)
     messages = grounding.prompt.messages
-    asks_judge = config.asks_judge() and reading is None
-    judge = JudgeProbe(prompts.judge_messages(messages)) if asks_judge else None
-    layers = config.reads_layers() if reading is None else ()
-    hidden = HiddenStateProbe(layers) if layers else None
-    tokens = llm.stream(
-        messages,
-        max_tokens=config.max_tokens,
-        sampling=question.sampling,
-        probe=probe,
-        judge=judge,
-        hidden=hidden,
-        abandoned=abandoned,
-        timeout=_left(deadline),
-        prompt_tokens=grounding.prompt.prompt_tokens,
-    )
-    return AnswerStream(tokens, probe, judge, grounding, question, config, hidden, reading)
-
-
-def _left(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-
-def read_prefill(
-    llm: LLM,
-    messages: list[ChatMessage],
-    question: Question,
-    config: AnswerConfig,
-    abandoned: Callable[[], bool] | None,
-    deadline: float | None,
-) -> PrefillReading:
-    """The gates' signals from one prefill of `messages` and a single
-    token (it waits for the model like an answer, and raises as one)."""
-    layers = config.reads_layers()
-    reading = PrefillReading(
-        hidden=HiddenStateProbe(layers) if layers else None,
-        first_token=FirstTokenProbe(prompts.DEFAULT_FORM.refusal_starts),
-        judge=JudgeProbe(prompts.judge_messages(messages)) if config.asks_judge() else None,
-    )
-    tokens = llm.stream(
-        messages,
-        max_tokens=1,
-        sampling=question.sampling,
-        probe=reading.first_token,
-        judge=reading.judge,
-        hidden=reading.hidden,
-        abandoned=abandoned,
-        timeout=_left(deadline),
-    )
-    try:
-        for _ in tokens:
-            break
-    finally:
-        tokens.close()
-    return reading
+    own = PrefillReading.of(messages, config, question.form.refusal_starts, reading is None)
+    tokens = start(messages, own, config.max_tokens, grounding.prompt.prompt_tokens)
+    return AnswerStream(tokens, own, grounding, question, config, reading)
