@@ -372,7 +372,7 @@ def rows_at(meta: list[dict[str, Any]], states: np.ndarray, layer: int) -> probe
     return probe_fit.Rows(meta, states[:, index, :].astype(np.float64))
 
 
-def _both_aucs(rows: probe_fit.Rows, choice: probe_fit.HiddenChoice) -> tuple[float, float]:
+def stage1_aucs(rows: probe_fit.Rows, choice: probe_fit.HiddenChoice) -> tuple[float, float]:
     """Stage 1's out-of-fold AUC over six folds, and with each set left out in
     turn; where few-passage rows were collected, each the mean of the asked
     rows' AUC and theirs (a handful of documents is how many users start)."""
@@ -394,7 +394,7 @@ def search(args: argparse.Namespace) -> None:
         meta, states = load(args.data, llm)
         report: dict[str, Any] = {"layers": {}, "grid": [], "signals": {}}
         for layer in args.layers or meta[0]["layers"]:
-            aucs = _both_aucs(rows_at(meta, states, layer), probe_fit.HiddenChoice(0.01, 0.0))
+            aucs = stage1_aucs(rows_at(meta, states, layer), probe_fit.HiddenChoice(0.01, 0.0))
             report["layers"][layer] = aucs
             print(
                 f"{llm} layer {layer}: AUC {aucs[0]:.3f}, sets left out {aucs[1]:.3f}", flush=True
@@ -411,7 +411,7 @@ def search(args: argparse.Namespace) -> None:
                     for reworded in reworded_weights:
                         for few in few_weights:
                             tried = probe_fit.HiddenChoice(c, withheld, reworded, few)
-                            aucs = _both_aucs(rows, tried)
+                            aucs = stage1_aucs(rows, tried)
                             grid.append((sum(aucs) / 2, layer, c, withheld, reworded, few, aucs))
                             print(
                                 f"{llm} layer {layer} C {c} withheld {withheld} "

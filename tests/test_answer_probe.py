@@ -777,6 +777,17 @@ def test_a_cut_row_keeps_its_passage_but_the_sentences_holding_the_fact() -> Non
     assert without_fact("Rated IPX7.", ["IPX7"]) == ""
 
 
+def test_several_layers_are_read_as_their_mean_or_side_by_side_in_order() -> None:
+    """benches/probe_layers.py: the layers are found by their number among
+    the collected ones (-1, the final state, first), not by position."""
+    from benches.probe_layers import features
+
+    collected = [-1, 0, 1, 2]
+    states = np.array([[[9.0, 9.0], [1.0, 2.0], [3.0, 4.0], [5.0, 8.0]]])
+    assert features(states, collected, "mean", (0, 2)).tolist() == [[3.0, 5.0]]
+    assert features(states, collected, "concatenation", (2, 0)).tolist() == [[5.0, 8.0, 1.0, 2.0]]
+
+
 def test_the_way_of_quoting_is_the_one_dev_answers_most_with_ties_to_quoting_less() -> None:
     from benches import probe_fit
 
