@@ -211,6 +211,7 @@ def ground(
             texts=[p.text for p in by_rank],
             answer_tokens=config.max_tokens,
             context_tokens=config.context_tokens,
+            probe_reads=config.probe is not None,
         )
         kept = len(prompt.sources)
         pieces = by_rank[:kept]
@@ -228,6 +229,7 @@ def ground(
         texts=blocks,
         answer_tokens=config.max_tokens,
         context_tokens=config.context_tokens,
+        probe_reads=config.probe is not None,
     )
     kept = len(prompt.sources)
     pieces = [p for p in pieces if p.passage < kept]

@@ -69,7 +69,8 @@ class Prompt:
     prompt_tokens: int
     # the same passages and question as the answer probes were fitted on
     # them (the default system prompt, no footer), where a client's own
-    # words changed `messages`; None: `messages` are that prompt
+    # words changed `messages`; None: `messages` are that prompt, or no
+    # probe gates the answer
     fitted: list[ChatMessage] | None = None
 
 
@@ -273,11 +274,14 @@ def build_prompt(
     texts: Sequence[str] | None = None,
     answer_tokens: int,
     context_tokens: int,
+    probe_reads: bool = False,
 ) -> Prompt:
     """Fit as many passages as the budget allows: at most `context_tokens` of
     passage text, and never more than the window leaves after the prompts,
     the history, the question and `answer_tokens` for the answer. `texts`
-    (one per source) replaces the sources' whole text, e.g. their evidence."""
+    (one per source) replaces the sources' whole text, e.g. their evidence.
+    With `probe_reads` (an answerability probe gates the answer), a client's
+    own prompts also give the prompt the probe was fitted on (`fitted`)."""
     count = llm.count_tokens
     history = recent_history(question.chat_history, llm.n_ctx - answer_tokens, count)
     trial = replace(question, chat_history=history)
@@ -303,7 +307,7 @@ def build_prompt(
         # parts and whole can tokenize a few tokens apart: the whole must fit
         overflow = total + answer_tokens - llm.n_ctx
         if overflow <= 0:
-            fitted = fitted_messages(llm, trial, texts, sources, messages)
+            fitted = fitted_messages(llm, trial, texts, sources, messages) if probe_reads else None
             return Prompt(messages, list(sources[: len(texts)]), total, fitted)
         budget -= overflow + 8
     raise ContextOverflow(f"could not fit the passages into the {llm.n_ctx}-token window")
