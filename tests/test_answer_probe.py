@@ -576,6 +576,10 @@ def test_the_test_frontier_reads_the_dev_thresholds_of_the_probe_a_run_used() ->
     with pytest.raises(SystemExit, match=r"fitted to 0\.3,"):
         dev_frontier("qwen2.5-coder-0.5b", {"probe_fitted_threshold": 0.3})
     assert dev_frontier("qwen2.5-coder-0.5b", {"evidence_alone_words": 15})[2] == (80, 0.3168)
+    # a probe since refitted, whose run recorded its fitted threshold: the
+    # frontier of the rows committed with it (it shipped at its 92% target)
+    before = dict(dev_frontier("qwen2.5-coder-1.5b", {"probe_fitted_threshold": 0.6140811746}))
+    assert before[92] == 0.6140811746538174
 
 
 def test_the_test_frontier_answers_a_yes_or_no_question_with_its_recorded_line() -> None:
