@@ -76,7 +76,7 @@ class _Question(BaseModel):
 
     q: str = Field(min_length=1)
     expect: list[str] | None = Field(min_length=1)  # required: null means unanswerable
-    split: Literal["dev", "test"] = "test"
+    split: Literal["train", "dev", "test"] = "test"
     source: str | None = None  # id of the document that answers it
 
     @model_validator(mode="after")

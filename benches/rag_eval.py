@@ -31,14 +31,11 @@ per surface, set and split, and over all sets:
 - recall@k: an accepted spelling appears in one of the passages retrieved
   for the prompt (separates retrieval losses from generation losses);
 - time to first token and total time (medians).
-Settings come from EDGERAG_* variables as for the server. `--ungated`: every
-gate records its signal and none declines, and each /answer row also keeps
-the evidence line a probe quoting refusals would answer with (`quote`), so
-benches/gate_grid.py and benches/probe_test_frontier.py can gate the run
-afterwards at any threshold.
+Settings come from EDGERAG_* variables as for the server. `--unverified`:
+no verifier and no refusal gate (the model's first answer as it writes it).
 `--header-prompt` / `--footer-prompt`: every /answer request carries a
-client's own prompts (moorcheh's `header_prompt` replaces the system prompt
-the probes were fitted on); the settings block records them.
+client's own prompts (moorcheh's `header_prompt` replaces the default system
+prompt); the settings block records them.
 Results: benches/results/rag_eval.json (or --json).
 """
 
@@ -46,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -66,7 +64,7 @@ from flask_app.app import create_app
 from flask_app.inference.llm import Sampling
 from flask_app.inference.presets import PRESETS
 from flask_app.rag.answer import AnswerConfig, Grounding, ground
-from flask_app.rag.answerability import choose_gate
+from flask_app.rag.verifier import choose_gate
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
 from flask_app.rag.retrieval import StoredCollection
 from flask_app.services import Services, load_services
@@ -316,10 +314,8 @@ def grounded(
     return question, grounding
 
 
-# --ungated: every gate records its signal and never cuts (the judge is asked,
-# any P(yes) passes; the probe reads its probability, which no answer falls
-# below), so benches/gate_grid.py can score every threshold.
-UNGATED = {"answer_refusal_probability": "off", "answer_judge": 1e-6, "answer_probe": 1e-9}
+# --unverified: the model's first answer as it writes it, nothing declined for it
+UNVERIFIED = {"answer_refusal_probability": "off", "answer_probe": "off"}
 
 
 def run_set(
@@ -331,13 +327,9 @@ def run_set(
     quiet: bool,
     surfaces: list[str],
     extract: bool,
-    quotes: bool = False,
     prompts: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each question of `splits` asked on each surface; with `quotes`, each
-    /answer row also records the evidence line a probe quoting refusals
-    would answer with (`quote`: what an ungated run needs to be gated as
-    such a server gates, benches/probe_test_frontier.py)."""
+    """Each question of `splits` asked on each surface."""
     name = evset.name
     items = evset.passages()
     questions = [q for q in evset.questions if q["split"] in splits][:limit]
@@ -389,8 +381,6 @@ def run_set(
                 "total_s": got["total_s"],
                 "found": not refused,
             }
-            if quotes and surface == "answer":
-                row["quote"] = grounded(services, config, item["q"])[1].quotable()
             if surface == "engine":
                 row["citations"] = got["markers"] > 0
                 row["span_holds_fact"] = expected is not None and any(
@@ -501,9 +491,9 @@ def main() -> None:
     )
     parser.add_argument("--footer-prompt", help="every /answer request sends this footer_prompt")
     parser.add_argument(
-        "--ungated",
+        "--unverified",
         action="store_true",
-        help="gates record their signals without declining (for benches/gate_grid.py)",
+        help="no verifier and no refusal gate: the model's first answer as it writes it",
     )
     parser.add_argument(
         "--rescore",
@@ -537,26 +527,26 @@ def main() -> None:
                 f"than {eval_sets.MAX_SHARED_WORDS} content word with their source"
                 + "".join(f"\n  {q} {sorted(w)}" for q, w in reused)
             )
-    overrides: dict[str, Any] = UNGATED if args.ungated else {}
+    overrides: dict[str, Any] = UNVERIFIED if args.unverified else {}
     for llm in args.llms:
         path = Settings.load({"llm": llm, **overrides}, os.environ).llm_path()
         if not path.is_file():
             parser.error(f"{llm} is not pulled ({path}): run `edgerag pull --llm {llm}`")
-    # the settings the run starts with (a probe file refitted while it runs is not its)
+    # the settings the run starts with (a verifier refitted while it runs is not its)
     models = {}
     for llm in args.llms:
         settings = Settings.load({"llm": llm, **overrides}, os.environ)
-        gate = choose_gate(llm, settings.llm_path(), settings.probe_threshold())
+        gate = choose_gate(
+            llm, settings.llm_path(), settings.verifier_threshold(), off=settings.verifier_off()
+        )
+        verifier = gate.verifier
         models[llm] = {
             **dataclasses.asdict(settings.calibration()),
-            # the probe's threshold as served (None: the refusal and judge gates decided)
-            "probe_threshold": gate.threshold if gate.probe is not None else None,
-            # the threshold the probe file was fitted to: which fit the run used
-            "probe_fitted_threshold": gate.probe.threshold if gate.probe is not None else None,
-            # a refusal the probe lets through answered with the best evidence line
-            "quote_refusals": gate.probe is not None and gate.probe.quote_refusals,
-            # so is every yes-or-no question it lets through
-            "quote_yes_no": gate.probe is not None and gate.probe.quote_yes_no,
+            # the verifier's threshold as served (None: answers went out unverified)
+            "verifier_threshold": gate.threshold if verifier is not None else None,
+            "verifier_file_sha256": None if verifier is None or verifier.path is None
+            else hashlib.sha256(verifier.path.read_bytes()).hexdigest(),
+            "samples": None if verifier is None else verifier.samples,
             "answer_min_score": settings.answer_min_score,
             "context_tokens": settings.context_tokens,
             "quant": settings.quant,
@@ -577,7 +567,6 @@ def main() -> None:
                 args.quiet,
                 args.surfaces,
                 not args.whole_documents,
-                quotes=args.ungated,
                 prompts=client_prompts,
             )
     tables = tabulate(rows, names, args.surfaces, splits)

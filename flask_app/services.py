@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from flask_app.file_collections import FileCollections
 from flask_app.inference.embed import Embedder, LlamaEmbedder
-from flask_app.inference.llm import LLM, Backend, LlamaBackend
-from flask_app.rag.answerability import Gate, choose_gate
+from flask_app.inference.llama_backend import LlamaBackend
+from flask_app.inference.llm import LLM, Backend
+from flask_app.rag.verifier import Gate, choose_gate
 from flask_app.rag.jobs import Jobs
 from flask_app.rag.memory import Conversations
 from flask_app.records import LocalRecords, Records
@@ -38,8 +39,7 @@ class Services:
     store: CollectionStore
     llm: LLM | None
     embedder: Embedder | None
-    # which gate declines answers: the preset's answerability probe, or the
-    # refusal and judge gates
+    # which verifier checks answers (none: they go out unverified)
     gate: Gate
     records: Records  # the catalog's, memory's and jobs' files (a cluster's: its actor)
     collections: FileCollections
@@ -64,7 +64,7 @@ def assemble(
     def queue(name: str, retention_s: float) -> Jobs:
         jobs = Jobs(records.job_table(name, retention_s=retention_s), poll_s=records.poll_s)
         if llm is not None:
-            jobs.yield_to(lambda: llm.gate.waiting > 0)  # a client's answer goes first
+            jobs.yield_to(lambda: llm.slots.waiting > 0)  # a client's answer goes first
         return jobs
 
     return Services(
@@ -130,7 +130,11 @@ def load_services(settings: Settings) -> Services:
         gate = Gate(None, reason="no LLM")
         if llm is not None:
             gate = choose_gate(
-                llm.preset, settings.llm_path(), settings.probe_threshold(), warn=_log.warning
+                llm.preset,
+                settings.llm_path(),
+                settings.verifier_threshold(),
+                warn=_log.warning,
+                off=settings.verifier_off(),
             )
         return assemble(settings, store, llm, embedder, gate=gate, records=records)
     except BaseException:
@@ -147,7 +151,6 @@ def _load_models(settings: Settings) -> tuple[LLM | None, Embedder | None]:
         _require("LLM model file", path, f"edgerag pull --llm {chosen.name}" if chosen else None)
         _log.info("loading LLM %s", path)
         backend: Backend
-        replicas = 1
         if settings.ray_address:
             from flask_app.cluster.replica import ReplicaBackend
 
@@ -160,12 +163,13 @@ def _load_models(settings: Settings) -> tuple[LLM | None, Embedder | None]:
                 model_id=settings.model_id,
                 count=settings.replicas,
                 embed_path=None if settings.no_embedder else settings.embed_path(),
+                n_seq=settings.llm_sequences,
             )
-            replicas = len(backend.replicas)
         else:
             backend = LlamaBackend(
                 path,
                 n_ctx=settings.n_ctx,
+                n_seq=settings.llm_sequences,
                 n_threads=settings.llm_threads,
                 model_id=settings.model_id,
             )
@@ -174,21 +178,20 @@ def _load_models(settings: Settings) -> tuple[LLM | None, Embedder | None]:
             max_waiters=settings.queue_size,
             timeout=settings.request_timeout,
             preset=chosen.name if chosen is not None else None,
-            replicas=replicas,
         )
     embedder: Embedder | None = None
     if not settings.no_embedder:
         path = settings.embed_path()
         _require("embedding model file", path, embed_pull)
         _log.info("loading embedder %s", path)
-        gate = llm.gate if llm is not None else None
+        slots = llm.slots if llm is not None else None
         embedder = LlamaEmbedder(
             path,
             n_threads=settings.embed_threads,
             lock_timeout=settings.request_timeout,
             idle_threads=settings.embed_idle_threads,
             # cores are lent only while no generation runs or waits
-            lend_idle_threads=lambda: gate is None or not (gate.busy or gate.waiting),
+            lend_idle_threads=lambda: slots is None or not (slots.holders or slots.waiting),
         )
         if llm is not None and settings.ray_address:
             from flask_app.cluster.replica import ReplicaBackend, SpreadEmbedder

@@ -53,9 +53,7 @@ Off = Literal["off"]
 DEPRECATED_NUMBERS: dict[str, tuple[float, Any]] = {
     "answer_candidates": (0, None),
     "answer_refusal_probability": (1, OFF),
-    "answer_judge": (0, OFF),
     "answer_probe": (0, OFF),
-    "answer_yes_no_quote": (1, OFF),
     "max_items": (0, OFF),
 }
 
@@ -115,7 +113,17 @@ class Settings:
         metadata=_help("start without an LLM (answers then report it is not configured)"),
     )
     no_embedder: bool = field(default=False, metadata=_help("start without an embedding model"))
-    n_ctx: int = field(default=4096, metadata=_help("LLM context window in tokens"))
+    n_ctx: int = field(
+        default=4096,
+        metadata=_help("LLM context window in tokens, shared by the answers written at once"),
+    )
+    llm_sequences: int = field(
+        default=8,
+        metadata=_help(
+            "answers the LLM writes at once, decoded together: concurrent requests and "
+            "each request's candidates"
+        ),
+    )
     llm_threads: int = field(
         default_factory=available_cores,
         metadata=_help("threads the LLM computes with", shown="available cores"),
@@ -162,33 +170,18 @@ class Settings:
     answer_refusal_probability: float | Off | None = field(
         default=None,
         metadata=_help(
-            "refuse when the LLM's first-token probability of starting a refusal exceeds "
-            "this (0-1), or off (default: calibrated for --llm)"
-        ),
-    )
-    answer_judge: float | Off | None = field(
-        default=None,
-        metadata=_help(
-            "before answering, ask the LLM whether the passages state the answer and refuse "
-            "when it says yes with less than this probability (0-1), or off: not asked "
-            "(default: calibrated for --llm)"
+            "unverified answers (no verifier for the served model file, --answer-probe off, "
+            "a conversation): decline when the LLM's first-token probability of starting a "
+            "refusal exceeds this (0-1), or off (default: calibrated for --llm)"
         ),
     )
     answer_probe: float | Off | None = field(
         default=None,
         metadata=_help(
-            "decline when the answerability probe (read from the LLM's own hidden state "
-            "with the gates' signals, a file per --llm preset) gives the answer less than "
-            "this probability of being right (0-1), or off: the refusal and judge gates "
-            "decide (default: the probe's calibrated threshold)"
-        ),
-    )
-    answer_yes_no_quote: float | Off = field(
-        default=0.4,
-        metadata=_help(
-            "a yes-or-no question the gates decline gets the evidence line closest to it "
-            "quoted, said not to answer it directly, when their embedding cosine is at least "
-            "this (0-1), or off: the fixed sentence"
+            "decline when the verifier (read from the LLM's own hidden state at the answer, "
+            "a file per --llm preset) gives the best answer written less than this "
+            "probability of being right (0-1), or off: answers go out unverified "
+            "(default: the verifier's calibrated threshold)"
         ),
     )
     context_tokens: int = field(
@@ -268,6 +261,7 @@ class Settings:
             (self.http_threads >= 1, "http_threads must be >= 1"),
             (self.n_ctx >= 256, "n_ctx must be >= 256"),
             (self.llm_threads >= 1, "llm_threads must be >= 1"),
+            (1 <= self.llm_sequences <= 64, "llm_sequences must be 1..64"),
             (self.embed_threads >= 1, "embed_threads must be >= 1"),
             (self.embed_idle_threads >= 1, "embed_idle_threads must be >= 1"),
             (self.search_threads >= 1, "search_threads must be >= 1"),
@@ -299,13 +293,11 @@ class Settings:
             (self.memory_ttl_hours > 0, "memory_ttl_hours must be > 0"),
             (self.context_tokens >= 16, "context_tokens must be >= 16"),
             (0.0 <= self.answer_min_score <= 1.0, "answer_min_score must be 0..1"),
-            (_unit_or_off(self.answer_judge), "answer_judge must be 0..1 or off"),
             (
                 self.answer_candidates is None or 1 <= self.answer_candidates <= 100,
                 "answer_candidates must be 1..100",
             ),
             (_unit_or_off(self.answer_probe), "answer_probe must be 0..1 or off"),
-            (_unit_or_off(self.answer_yes_no_quote), "answer_yes_no_quote must be 0..1 or off"),
             (
                 _unit_or_off(self.answer_refusal_probability),
                 "answer_refusal_probability must be 0..1 or off",
@@ -373,25 +365,23 @@ class Settings:
         return PRESETS[self.llm].path(self.model_dir, self.quant)
 
     def calibration(self) -> AnswerCalibration:
-        """The answer gates: those given, else the served preset's (the default
-        model's for a `--model` file)."""
+        """The answer settings: those given, else the served preset's (the
+        default model's for a `--model` file)."""
         base = (self.llm_preset() or QWEN_05B).calibration
+        refusal = self.answer_refusal_probability
         return AnswerCalibration(
-            # off: a first-token probability never exceeds 1, and a judge at 0 is not asked
-            refusal_probability=_given(
-                self.answer_refusal_probability, base.refusal_probability, 1.0
-            ),
-            judge=_given(self.answer_judge, base.judge, 0.0),
+            refusal_probability=None
+            if isinstance(refusal, str)
+            else (base.refusal_probability if refusal is None else refusal),
             evidence_alone_words=base.evidence_alone_words,
         )
 
-    def probe_threshold(self) -> float | None:
-        """The probe's threshold: given, 0 when off, None for the probe file's own."""
-        return 0.0 if isinstance(self.answer_probe, str) else self.answer_probe
+    def verifier_off(self) -> bool:
+        return isinstance(self.answer_probe, str)
 
-    def yes_no_quote(self) -> float | None:
-        """The cosine above which a declined yes-or-no question is quoted (None: never)."""
-        return None if isinstance(self.answer_yes_no_quote, str) else self.answer_yes_no_quote
+    def verifier_threshold(self) -> float | None:
+        """The verifier's threshold as given (None: the verifier file's own)."""
+        return None if isinstance(self.answer_probe, str) else self.answer_probe
 
     def item_cap(self) -> int | None:
         """The moorcheh-edge store's item cap (None: no cap)."""
@@ -401,12 +391,6 @@ class Settings:
         from flask_app.inference.pull import MINILM_F16
 
         return self.embed_model or self.model_dir / MINILM_F16.filename
-
-
-def _given(value: float | str | None, default: float, off: float) -> float:
-    if value is None:
-        return default
-    return off if value == OFF else float(value)
 
 
 def _unit_or_off(value: float | str | None) -> bool:

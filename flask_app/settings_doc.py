@@ -21,9 +21,7 @@ END = "<!-- end of options -->"
 MORE = {
     "answer_candidates": "answer-quality.md",
     "answer_refusal_probability": "answer-quality.md",
-    "answer_judge": "answer-quality.md",
     "answer_probe": "answer-quality.md",
-    "answer_yes_no_quote": "answer-quality.md",
     "store_index": "storage.md#index-kinds",
     "ray_address": "cluster.md",
     "shards": "cluster.md",
@@ -62,30 +60,26 @@ def table() -> str:
 
 
 def calibrated() -> str:
-    """The answer gates each `--llm` preset gets unless they are given."""
+    """The answer settings each `--llm` preset gets unless they are given."""
     from flask_app.inference.presets import PRESETS
-    from flask_app.rag.answerability import AnswerProbe, probe_path
+    from flask_app.rag.verifier import Verifier, verifier_path
 
     rows = [
-        "| `--llm` | `--answer-probe` | `--answer-refusal-probability` | `--answer-judge` "
-        "| evidence units shown without neighbours | a refusal the probe lets through "
-        "| a yes-or-no question the probe lets through |",
-        "|---|---|---|---|---|---|---|",
+        "| `--llm` | `--answer-probe` | sampled answers | `--answer-refusal-probability` "
+        "(unverified) | evidence units shown without neighbours |",
+        "|---|---|---|---|---|",
     ]
     for name, preset in PRESETS.items():
-        path = probe_path(name)
-        found = AnswerProbe.read(path) if path.is_file() else None
-        probe = "off" if found is None else f"{found.threshold:.2f}"
-        quoted = found is not None and found.quote_refusals
-        yes_no = found is not None and found.quote_yes_no
-        judge = preset.calibration.judge
+        path = verifier_path(name)
+        found = Verifier.read(path) if path.is_file() else None
+        threshold = "off" if found is None else f"{found.threshold:.2f}"
+        samples = "–" if found is None else str(found.samples)
+        refusal = preset.calibration.refusal_probability
         alone = preset.calibration.evidence_alone_words
         rows.append(
-            f"| `{name}` | {probe} | {preset.calibration.refusal_probability:g} | "
-            f"{'off' if judge == 0 else f'{judge:g}'} | "
-            f"{'none' if alone is None else f'{alone} words or more'} | "
-            f"{'the best evidence line is quoted' if quoted else 'declined'} | "
-            f"{'the best evidence line is quoted' if yes_no else 'the model answers'} |"
+            f"| `{name}` | {threshold} | {samples} | "
+            f"{'off' if refusal is None else f'{refusal:g}'} | "
+            f"{'none' if alone is None else f'{alone} words or more'} |"
         )
     return "\n".join(rows)
 
@@ -97,9 +91,9 @@ def render(page: str) -> str:
         raise ValueError(f"{PAGE} lacks the markers {BEGIN!r} … {END!r}")
     generated = (
         f"{table()}\n\nCalibrated per preset (the `—` defaults above; the refusal "
-        f"probability and the judge decide where the probe is off or finds no file for "
-        f"the model; a `--model` file gets the first preset's gates, and the probe whose "
-        f"GGUF has its sha256, if any):\n\n"
+        f"probability decides where the verifier is off or finds no file for the model; "
+        f"a `--model` file gets the first preset's settings, and the verifier whose GGUF "
+        f"has its sha256, if any):\n\n"
         f"{calibrated()}"
     )
     return f"{head}{BEGIN}\n{generated}\n{END}{rest.partition(END)[2]}"

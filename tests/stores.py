@@ -17,7 +17,7 @@ from typing import Any
 
 from flask_app.inference.embed import Embedder
 from flask_app.inference.llm import LLM
-from flask_app.rag.answerability import Gate
+from flask_app.rag.verifier import Gate
 from flask_app.services import Services, assemble
 from flask_app.settings import Settings
 from flask_app.store import Store

@@ -21,8 +21,7 @@ from flask_app.client import Client, EdgeragError
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.rag.answer import AnswerConfig
-from flask_app.rag.prompts import JUDGE_QUESTION, NO_CONTEXT_ANSWER
-from flask_app.rag.text import asks_yes_or_no
+from flask_app.rag.prompts import NO_CONTEXT_ANSWER
 from flask_app.services import assemble
 from flask_app.settings import Settings
 from flask_app.store import Store
@@ -124,7 +123,7 @@ def test_a_likely_refusal_at_the_first_token_becomes_the_fixed_sentence(tmp_path
     backend = ScriptedBackend("It opened in 1998.", refusal_probability=0.4)  # > 0.3 (default)
     client = build(tmp_path, backend).test_client()
     body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
-    assert body["answer"] == NO_CONTEXT_ANSWER and body["refusal_probability"] == 0.4
+    assert body["answer"] == NO_CONTEXT_ANSWER and body["refusal_probability"] == pytest.approx(0.4)
     # the model was asked: the passages it was given are reported
     assert body["context_count"] == len(body["sources"]) >= 1 and len(backend.prompts) == 1
     backend.refusal_probability = 0.01
@@ -137,47 +136,11 @@ def test_a_likely_refusal_at_the_first_token_becomes_the_fixed_sentence(tmp_path
     assert body["evidence_score"] < 0.2 and body["answer"] == "It opened in 1998."
 
 
-def test_a_declined_yes_or_no_question_gets_its_closest_evidence_quoted(tmp_path: Path) -> None:
-    """The models decline "Can I …?" over a schedule they cannot read into a
-    yes or no: the closest line is quoted instead of the refusal, said not
-    to be a verdict (the models cannot tell whether it settles the question)."""
-    backend = ScriptedBackend("Yes.", refusal_probability=0.9)
-    client = build(tmp_path, backend).test_client()
-    body = client.post("/answer", json={"query": "Is the museum open on Mondays?"}).get_json()
-    assert body["answer"] == (
-        "The documents do not answer this directly; the closest they come is: "
-        '"The museum is closed on Mondays."'
-    )
-    assert body["sources"][0]["id"] == "museum" and len(backend.prompts) == 1
-    stream = client.post("/answer/stream", json={"query": "Is the museum open on Mondays?"})
-    deltas = [d["delta"] for e, d in events_of(stream.data) if e == "token"]
-    assert "".join(deltas) == events_of(stream.data)[-1][1]["answer"] == body["answer"]
-    # a question that is not yes-or-no keeps the refusal
-    body = client.post("/answer", json={"query": "When is the museum closed?"}).get_json()
-    assert body["answer"] == NO_CONTEXT_ANSWER
-    # so does a yes-or-no question no line is close to in meaning
-    body = client.post("/answer", json={"query": "Can I pay by card?"}).get_json()
-    assert body["answer"] == NO_CONTEXT_ANSWER
-    # a model that answers is not overruled
-    backend.refusal_probability = 0.01
-    body = client.post("/answer", json={"query": "Is the museum open on Mondays?"}).get_json()
-    assert body["answer"] == "Yes."
-    # --answer-yes-no-quote off: never quoted
-    backend.refusal_probability = 0.9
-    never = build(tmp_path / "never", backend, answer_yes_no_quote="off").test_client()
-    body = never.post("/answer", json={"query": "Is the museum open on Mondays?"}).get_json()
-    assert body["answer"] == NO_CONTEXT_ANSWER
-    assert Settings.load({}, {}).yes_no_quote() == AnswerConfig().closest_line_min_cosine
-
-
-def test_a_question_about_one_product_never_reads_or_quotes_its_siblings_sheet(
-    tmp_path: Path,
-) -> None:
+def test_a_question_about_one_product_never_reads_its_siblings_sheet(tmp_path: Path) -> None:
     """The P3's "not for swimming" is the line closest to "Can I go swimming
-    with my P5?" and would read as the P5's answer: it is neither shown to
-    the model nor quoted."""
-    backend = ScriptedBackend("Yes.", refusal_probability=0.9)
-    app = build(tmp_path, backend, answer_yes_no_quote=0.1)
+    with my P5?" and would read as the P5's answer: it is not shown to the model."""
+    backend = ScriptedBackend("Yes.")
+    app = build(tmp_path, backend)
     p3_line = "Rated IPX4: safe with sweat and rain, but not for swimming."
     p5_line = "Rated IPX7: they survive being submerged for 30 minutes."
     sheets = [
@@ -186,88 +149,11 @@ def test_a_question_about_one_product_never_reads_or_quotes_its_siblings_sheet(
     ]
     client = app.test_client()
     assert client.post("/upload", json={"store_mode": "text", "items": sheets}).status_code == 200
-    body = client.post("/answer", json={"query": "Can I go swimming with my P3?"}).get_json()
-    assert body["answer"].endswith(f'"{p3_line}"')
     body = client.post("/answer", json={"query": "Can I go swimming with my P5?"}).get_json()
-    assert body["answer"] == NO_CONTEXT_ANSWER
-    # nor does the model read it: the P3's sheet is not in the prompt
     assert p5_line in backend.prompts[-1] and p3_line not in backend.prompts[-1]
     assert "p3" not in [s["id"] for s in body["sources"]]
-
-
-@pytest.mark.parametrize(
-    ("question", "yes_or_no"),
-    [
-        ("Can I visit the museum on a Monday?", True),
-        ("Is there parking?", True),
-        ("does the P5 float?", True),
-        ("Should I bring a towel?", True),
-        ("When is the museum closed?", False),
-        ("Canoes: where are they kept?", False),
-        ("", False),
-    ],
-)
-def test_yes_or_no_questions_are_told_by_their_first_word(question: str, yes_or_no: bool) -> None:
-    assert asks_yes_or_no(question) is yes_or_no
-
-
-def test_the_judge_is_asked_on_the_answers_own_prompt_and_can_decline(tmp_path: Path) -> None:
-    backend = ScriptedBackend("It opened in 1998.", judge_probability=0.2)
-    client = build(tmp_path, backend, answer_judge=0.5).test_client()
-    body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
-    assert body["answer"] == NO_CONTEXT_ANSWER and body["answerable_probability"] == 0.2
-    # the judge's prompt is the answer's own, with the judge question appended
-    (judged,) = backend.judged
-    answer_prompt = backend.prompts[-1].removesuffix("\n<|assistant|>\n")
-    assert judged.startswith(answer_prompt) and judged.endswith(
-        f"\n\n{JUDGE_QUESTION}\n<|assistant|>\n"
-    )
-    backend.judge_probability = 0.8
-    body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
-    assert body["answer"] == "It opened in 1998." and body["answerable_probability"] == 0.8
-    # without a judge threshold the judge is not asked
-    plain = ScriptedBackend("It opened in 1998.", judge_probability=0.0)
-    body = (
-        build(tmp_path / "plain", plain)
-        .test_client()
-        .post("/answer", json={"query": "When did the Harlow Bridge open?"})
-        .get_json()
-    )
-    assert body["answerable_probability"] is None and plain.judged == []
-
-
-def test_an_answer_that_restates_the_question_gets_the_evidence_quoted(tmp_path: Path) -> None:
-    backend = ScriptedBackend("The Harlow Bridge opened.")
-    client = build(tmp_path, backend).test_client()
-    body = client.post("/answer", json={"query": "When did the Harlow Bridge open?"}).get_json()
-    assert body["answer"] == (
-        'The Harlow Bridge opened. The documents say: "The Harlow Bridge opened in 1998. '
-        'It is 412 metres long."'
-    )
-    stream = client.post("/answer/stream", json={"query": "When did the Harlow Bridge open?"})
-    deltas = [d["delta"] for e, d in events_of(stream.data) if e == "token"]
-    done = events_of(stream.data)[-1][1]
-    assert "".join(deltas) == done["answer"] == body["answer"]
-
-
-def test_an_answer_that_echoes_the_which_phrase_gets_the_line_it_paraphrased(
-    tmp_path: Path,
-) -> None:
-    backend = ScriptedBackend("The sort option changes the number of sorts run concurrently to N.")
-    client = build(tmp_path, backend).test_client()
-    table = (
-        "  -k, --key=KEYDEF          sort via a key; KEYDEF gives location and type\n"
-        "      --parallel=N          change the number of sorts run concurrently to N\n"
-        "  -S, --buffer-size=SIZE    use SIZE for main memory buffer"
-    )
-    items = [{"id": "sort", "text": table}]
-    assert client.post("/upload", json={"store_mode": "text", "items": items}).status_code == 200
-    q = "Which sort option changes the number of sorts run concurrently?"
-    body = client.post("/answer", json={"query": q}).get_json()
-    assert body["answer"] == (
-        "The sort option changes the number of sorts run concurrently to N. The documents say: "
-        '"--parallel=N          change the number of sorts run concurrently to N"'
-    )
+    client.post("/answer", json={"query": "Can I go swimming with my P3?"})
+    assert p3_line in backend.prompts[-1] and p5_line not in backend.prompts[-1]
 
 
 def test_an_answer_that_loops_is_stopped_not_run_to_max_tokens(tmp_path: Path) -> None:
@@ -381,7 +267,8 @@ def test_failure_mid_stream_is_an_error_event_and_no_done(tmp_path: Path) -> Non
 
 @pytest.fixture
 def slow_server(tmp_path: Path) -> Iterator[tuple[str, ScriptedBackend, LLM]]:
-    backend = ScriptedBackend(" ".join(f"w{i}" for i in range(40)), token_delay=0.05)
+    # one sequence: one answer written at a time, two waiting
+    backend = ScriptedBackend(" ".join(f"w{i}" for i in range(40)), token_delay=0.05, n_seq=1)
     app = build(tmp_path, backend, max_waiters=2)
     with serve_in_thread(app) as base:
         llm = app.extensions["edgerag"]["services"].llm
@@ -421,10 +308,10 @@ def test_client_disconnect_stops_generation_and_frees_the_queue(
     assert next(events).event == "token"
     response.close()  # the client goes away mid-answer
     closed_at = time.perf_counter()
-    while (llm.gate.busy or backend.closed_early == 0) and time.perf_counter() - closed_at < 3:
+    while (llm.slots.busy or backend.closed_early == 0) and time.perf_counter() - closed_at < 3:
         time.sleep(0.02)
     assert backend.closed_early == 1
-    assert not llm.gate.busy
+    assert not llm.slots.busy
     assert time.perf_counter() - closed_at < 1.0
 
 
@@ -441,14 +328,14 @@ def test_a_client_leaving_a_whole_answer_stops_generation(
     )
     with raw_request(base, head, body):
         deadline = time.perf_counter() + 3
-        while not llm.gate.busy and time.perf_counter() < deadline:
+        while not llm.slots.busy and time.perf_counter() < deadline:
             time.sleep(0.01)
-        assert llm.gate.busy
+        assert llm.slots.busy
     closed_at = time.perf_counter()  # 40 tokens x 50 ms would take 2 s
-    while (llm.gate.busy or backend.closed_early == 0) and time.perf_counter() - closed_at < 3:
+    while (llm.slots.busy or backend.closed_early == 0) and time.perf_counter() - closed_at < 3:
         time.sleep(0.02)
     assert backend.closed_early == 1
-    assert not llm.gate.busy
+    assert not llm.slots.busy
     assert time.perf_counter() - closed_at < 1.0
 
 
@@ -474,7 +361,7 @@ def test_concurrent_answers_queue_in_order_and_overflow_gets_503(
         # start the next request once this one holds or waits for the model
         while (
             i < 3
-            and llm.gate.waiting + int(llm.gate.busy) < i + 1
+            and llm.slots.waiting + int(llm.slots.busy) < i + 1
             and time.perf_counter() < deadline
         ):
             time.sleep(0.01)

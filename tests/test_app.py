@@ -40,9 +40,12 @@ def test_llm_overload_maps_to_503_with_retry_after(app: Flask) -> None:
         return llm.chat([{"role": "user", "content": "hi"}])
 
     app.add_url_rule("/_test/ask", "ask", ask)
-    llm.gate.max_waiters = 0
-    with llm.stream([{"role": "user", "content": "hold"}]), app.test_client() as c:
+    llm.max_waiters = 0
+    held = [llm.stream([{"role": "user", "content": "hold"}]) for _ in range(llm.engine.n_seq)]
+    with app.test_client() as c:
         r = c.get("/_test/ask")
+    for stream in held:
+        stream.close()
     assert r.status_code == 503
     assert int(r.headers["Retry-After"]) >= 1
     assert "queue is full" in r.get_json()["message"]

@@ -105,7 +105,7 @@ def test_option_table_lines_are_kept(tmp_path: Path) -> None:
         ),
         (
             {"documents": [{"id": "a", "text": "x"}]},
-            {"questions": [{"q": "x", "expect": None, "split": "train"}]},
+            {"questions": [{"q": "x", "expect": None, "split": "later"}]},
             "split",
         ),
         (

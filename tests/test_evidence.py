@@ -13,13 +13,7 @@ from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.rag import evidence, retrieval
 from flask_app.rag import text as text_units
-from flask_app.rag.answer import (
-    AnswerConfig,
-    echoes_subject,
-    ground,
-    repeating_tail,
-    restates,
-)
+from flask_app.rag.answer import AnswerConfig, ground, repeating_tail
 from flask_app.rag.pipeline import Question
 from flask_app.rag.text import STOPWORDS, codes, stem, term_set, terms, units
 from flask_app.store import Collection, Hit
@@ -150,23 +144,6 @@ def test_the_answer_config_carries_the_rule_into_the_prompt() -> None:
     assert "Lockers" not in prompt(AnswerConfig(evidence_units=1, evidence_alone_words=15))
 
 
-def test_the_closest_unit_in_meaning_states_something() -> None:
-    """The closest chosen unit by the caller's cosine, skipping a heading
-    that only names the subject; none without cosines."""
-    sheet = "Pulse P3 earbuds.\n\nRated IPX4: safe with sweat and rain, but not for swimming."
-    hours = "The pool is open Monday to Friday from 7:00 to 21:00."
-    cosines = {"Pulse P3 earbuds.": 0.9, hours: 0.2}
-
-    def closeness(texts: Sequence[str]) -> list[float]:
-        return [cosines.get(t, 0.5) for t in texts]
-
-    question = "Can I wear my P3 earbuds in the pool?"
-    sel = evidence.select(question, [sheet, hours], evidence.Scoring(), closeness)
-    assert sel.closest is not None and sel.closest.text.startswith("Rated IPX4")
-    assert sel.closest_meaning == 0.5 and sel.closest.passage == 0
-    assert evidence.select(question, [sheet, hours]).closest is None
-
-
 def test_no_evidence_is_taken_from_another_products_passage() -> None:
     """Asked about the P5, the P3 sheet's "not for swimming" line reads as
     close as the P5's own and says the opposite: a passage naming product
@@ -175,31 +152,18 @@ def test_no_evidence_is_taken_from_another_products_passage() -> None:
     p3 = "Pulse P3 earbuds.\n\nRated IPX4: safe with sweat and rain, but not for swimming."
     p5 = "Pulse P5 earbuds.\n\nRated IPX7: they survive being submerged for 30 minutes."
     later = "The case charges wirelessly on any Qi pad overnight."
-    cosines = {
-        "Rated IPX4: safe with sweat and rain, but not for swimming.": 0.7,
-        "Rated IPX7: they survive being submerged for 30 minutes.": 0.5,
-        later: 0.4,
-    }
 
-    def closeness(texts: Sequence[str]) -> list[float]:
-        return [cosines.get(t, 0.3) for t in texts]
+    def used(question: str, passages: list[str]) -> set[int]:
+        chosen = evidence.select(question, passages, evidence.Scoring())
+        return {piece.passage for piece in chosen.pieces}
 
-    def closest(question: str, passages: list[str]) -> str:
-        sel = evidence.select(question, passages, evidence.Scoring(), closeness)
-        return "" if sel.closest is None else sel.closest.text
-
-    assert closest("Can I go swimming with the P5?", [p3, p5]).startswith("Rated IPX7")
-    # the P5's heading alone: nothing about the P5 states anything
-    assert closest("Can I go swimming with the P5's?", [p3, "Pulse P5 earbuds."]) == ""
-    assert closest("Can I go swimming with the P5?", [p3, "Pulse P5 earbuds.", later]) == later
-    # nor is any of its units evidence
-    chosen = evidence.select("Can I go swimming with the P5?", [p3, p5], evidence.Scoring())
-    assert {piece.passage for piece in chosen.pieces} == {1}
+    assert used("Can I go swimming with the P5?", [p3, p5]) == {1}
+    assert used("Can I go swimming with the P5?", [p3, "Pulse P5 earbuds.", later]) == {1, 2}
     # a code no passage names tells nothing apart
-    assert closest("Can I go swimming with the P7?", [p3, p5]).startswith("Rated IPX4")
+    assert used("Can I go swimming with the P7?", [p3, p5]) == {0, 1}
     # a question naming no code, or the P3, may still get the P3's line
-    assert closest("Can I go swimming with these?", [p3, p5]).startswith("Rated IPX4")
-    assert closest("Can I go swimming with my P3s?", [p3, p5]).startswith("Rated IPX4")
+    assert 0 in used("Can I go swimming with these?", [p3, p5])
+    assert used("Can I go swimming with my P3s?", [p3, p5]) == {0}
 
 
 def test_a_feature_code_does_not_make_a_passage_another_products() -> None:
@@ -271,45 +235,6 @@ def test_sentences_index_the_text_exactly() -> None:
 def test_no_overlap_means_no_evidence() -> None:
     sel = evidence.select("What is the capital of Australia?", [PDB])
     assert sel.best_score == 0.0
-
-
-def test_restating_the_question_adds_nothing() -> None:
-    q = "Which pdb command continues until the current function exits?"
-    assert restates("The pdb command continues until the current function exits.", q)
-    assert not restates("The r(eturn) command.", q)
-    assert not restates("", q)
-
-
-def test_an_answer_that_echoes_the_which_phrase_never_says_which() -> None:
-    q = "Which ls option sets the output width?"
-    assert echoes_subject("The ls option sets the output width to COLS.", q)
-    assert not echoes_subject("The ls option -w sets the output width.", q)
-    assert not echoes_subject("-w, --width=COLS", q)
-    assert not echoes_subject("The ls option that sets it is --width.", q)
-    assert not echoes_subject("The museum is closed on Mondays.", "When is the museum closed?")
-    # an echo that goes on to name something (rightly or not) is an answer
-    assert not echoes_subject("The ls option sets the output width to COLS. -w, --width", q)
-    assert not echoes_subject("The ls option sets the output width to 80.", q)
-    q = "Which ls option prints sizes like 1K 234M 2G in a long listing?"
-    assert not echoes_subject(
-        "The ls option prints sizes like 1K 234M 2G in a long listing is -s.", q
-    )
-    assert echoes_subject("The ls option prints sizes like 1K 234M 2G in a human format.", q)
-
-
-def test_the_quoted_line_is_the_one_the_answer_paraphrased() -> None:
-    table = OPTIONS + "\n  -w, --width=COLS           set output width to COLS.  0 means no limit"
-    piece = evidence.Evidence(0, 0, len(table), table, 1.0)
-    q = "Which ls option sets the width of the output?"
-    line = evidence.supporting_unit("The ls option sets the output width to COLS.", q, [piece])
-    assert line is not None and line.startswith("-w, --width=COLS")
-    # the author line holds what the answer said beyond the question
-    q = "Which ls option prints extra information with -l?"
-    line = evidence.supporting_unit("The ls option prints the author of each file.", q, [piece])
-    assert line is not None and line.startswith("--author")
-    assert evidence.supporting_unit("Anything.", q, []) is None
-    # nothing said beyond the question: no line is singled out
-    assert evidence.supporting_unit("The ls option prints extra information.", q, [piece]) is None
 
 
 def upsert(c: Collection, docs: dict[str, str], embedder: HashEmbedder) -> None:

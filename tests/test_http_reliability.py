@@ -48,8 +48,9 @@ def make(
 
 @pytest.fixture
 def texts_app(tmp_path: Path) -> Iterator[tuple[str, ScriptedBackend, Services]]:
-    """A served app holding two text passages, with a slow scripted model (~5 s/answer)."""
-    backend = ScriptedBackend(" ".join(["word"] * 100), token_delay=0.05)
+    """A served app holding two text passages, with a slow scripted model (~5 s/answer)
+    writing one answer at a time."""
+    backend = ScriptedBackend(" ".join(["word"] * 100), token_delay=0.05, n_seq=1)
     app, settings, services = make(tmp_path, backend)
     docs = [{"id": "a", "text": "The bridge opened in 1998."}, {"id": "b", "text": "Dogs bark."}]
     assert (
@@ -128,7 +129,7 @@ def test_health_stays_fast_and_overflow_gets_503_at_once_while_the_llm_is_satura
     with ThreadPoolExecutor(clients) as pool:
         futures = [pool.submit(ask, i) for i in range(clients)]
         deadline = time.monotonic() + 10
-        while services.llm.gate.waiting < services.llm.gate.max_waiters:
+        while services.llm.slots.waiting < services.llm.slots.max_waiters:
             assert time.monotonic() < deadline, "the queue never filled"
             time.sleep(0.05)
         health = []
@@ -277,9 +278,9 @@ def test_a_stream_closed_before_its_first_read_releases_the_model(tmp_path: Path
         return lambda data: None
 
     body = app.wsgi_app(environ, start_response)
-    assert statuses == ["200 OK"] and services.llm.gate.busy
+    assert statuses == ["200 OK"] and services.llm.slots.holders == 1
     body.close()  # type: ignore[attr-defined]  # the server gives up before iterating
-    assert not services.llm.gate.busy
+    assert services.llm.slots.holders == 0
 
 
 # --- 11. error messages do not echo unbounded input ----------------------------------
@@ -343,17 +344,17 @@ def test_threads_are_a_shared_budget_not_all_cores_each(tmp_path: Path) -> None:
 
 
 def test_a_blocked_thread_does_not_hang_the_waiter_lock() -> None:
-    # the gate of the queue is polled for abandonment, never waits unbounded
-    from flask_app.inference.llm import FifoGate, LLMCancelled
+    # a waiter for the model polls its client, never waits unbounded
+    from flask_app.inference.llm import LLMCancelled
 
-    gate = FifoGate(4)
-    gate.acquire(time.monotonic() + 5)
+    llm = LLM(ScriptedBackend("x", n_seq=1), max_waiters=4)
+    held = llm.stream([{"role": "user", "content": "hold"}])
     gone = threading.Event()
     errors: list[BaseException] = []
 
     def wait() -> None:
         try:
-            gate.acquire(time.monotonic() + 30, gone.is_set)
+            llm.stream([{"role": "user", "content": "wait"}], timeout=30, abandoned=gone.is_set)
         except BaseException as exc:
             errors.append(exc)
 
@@ -364,8 +365,8 @@ def test_a_blocked_thread_does_not_hang_the_waiter_lock() -> None:
     gone.set()
     t.join(5)
     assert isinstance(errors[0], LLMCancelled) and time.perf_counter() - started < 1.0
-    assert gate.waiting == 0
-    gate.release(0.1)
+    assert llm.slots.waiting == 0
+    held.close()
 
 
 # --- 8. every client reads the early refusal (lingering close) -------------------------

@@ -1,4 +1,5 @@
-"""The LLM layer's queue, deadlines and cancellation, with the scripted fake."""
+"""The LLM layer's queue, deadlines, cancellation and batched branches, with
+the scripted fake decoded by the real engine."""
 
 from __future__ import annotations
 
@@ -7,10 +8,19 @@ import time
 
 import pytest
 
+from flask_app.inference.engine import Finish
 from flask_app.inference.fakes import ScriptedBackend
-from flask_app.inference.llm import LLM, LLMFailed, LLMOverloaded, LLMTimeout
+from flask_app.inference.llm import LLM, Ask, LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
+from flask_app.inference.sampler import Sampling
 
 MESSAGES = [{"role": "user", "content": "hi"}]
+GREEDY = Sampling(temperature=0.0)
+
+
+def wait_until(condition: object, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.005)
 
 
 def test_chat_returns_scripted_reply_through_template() -> None:
@@ -20,11 +30,12 @@ def test_chat_returns_scripted_reply_through_template() -> None:
     assert backend.prompts == ["<|user|>\nhi\n<|assistant|>\n"]
 
 
-def test_stream_yields_deltas_that_join_to_the_reply() -> None:
+def test_stream_yields_a_delta_per_token_that_join_to_the_reply() -> None:
     llm = LLM(ScriptedBackend("one two three"))
     with llm.stream(MESSAGES) as tokens:  # type: ignore[arg-type]
         assert list(tokens) == ["one", " two", " three"]
-    assert not llm.gate.busy
+    wait_until(lambda: llm.engine.busy_seqs == 0)
+    assert not llm.slots.busy
 
 
 def test_max_tokens_bounds_the_reply() -> None:
@@ -32,8 +43,14 @@ def test_max_tokens_bounds_the_reply() -> None:
     assert llm.chat(MESSAGES, max_tokens=2) == "a b"  # type: ignore[arg-type]
 
 
+def test_a_stop_string_ends_the_reply_before_it() -> None:
+    llm = LLM(ScriptedBackend("one two END three"))
+    sampling = Sampling(stop=(" END",))
+    assert llm.chat(MESSAGES, sampling=sampling) == "one two"  # type: ignore[arg-type]
+
+
 def test_waiters_are_served_in_arrival_order() -> None:
-    llm = LLM(ScriptedBackend("x y", token_delay=0.02), max_waiters=5)
+    llm = LLM(ScriptedBackend("x y", token_delay=0.02, n_seq=1), max_waiters=5)
     order: list[int] = []
     holder = llm.stream(MESSAGES)  # type: ignore[arg-type]
     threads = []
@@ -46,10 +63,8 @@ def test_waiters_are_served_in_arrival_order() -> None:
         t = threading.Thread(target=run)
         t.start()
         threads.append(t)
-        deadline = time.monotonic() + 2
-        while llm.gate.waiting < i + 1 and time.monotonic() < deadline:
-            time.sleep(0.005)
-    assert llm.gate.waiting == 4
+        wait_until(lambda i=i: llm.slots.waiting >= i + 1)
+    assert llm.slots.waiting == 4
     holder.close()
     for t in threads:
         t.join(5)
@@ -57,7 +72,7 @@ def test_waiters_are_served_in_arrival_order() -> None:
 
 
 def test_full_queue_raises_overloaded_with_retry_after() -> None:
-    llm = LLM(ScriptedBackend("x"), max_waiters=0)
+    llm = LLM(ScriptedBackend("x", n_seq=1), max_waiters=0)
     with llm.stream(MESSAGES):  # type: ignore[arg-type]
         with pytest.raises(LLMOverloaded) as info:
             llm.stream(MESSAGES)  # type: ignore[arg-type]
@@ -66,13 +81,21 @@ def test_full_queue_raises_overloaded_with_retry_after() -> None:
 
 
 def test_deadline_while_waiting_raises_timeout_and_leaves_queue() -> None:
-    llm = LLM(ScriptedBackend("x"), max_waiters=3)
+    llm = LLM(ScriptedBackend("x", n_seq=1), max_waiters=3)
     with llm.stream(MESSAGES):  # type: ignore[arg-type]
         start = time.monotonic()
         with pytest.raises(LLMTimeout):
             llm.stream(MESSAGES, timeout=0.1)  # type: ignore[arg-type]
         assert time.monotonic() - start < 1.0
-        assert llm.gate.waiting == 0
+        assert llm.slots.waiting == 0
+
+
+def test_a_client_that_leaves_while_waiting_gives_its_place_up() -> None:
+    llm = LLM(ScriptedBackend("x", n_seq=1), max_waiters=3)
+    with llm.stream(MESSAGES):  # type: ignore[arg-type]
+        with pytest.raises(LLMCancelled):
+            llm.stream(MESSAGES, abandoned=lambda: True)  # type: ignore[arg-type]
+        assert llm.slots.waiting == 0
 
 
 def test_deadline_during_generation_stops_it() -> None:
@@ -80,18 +103,19 @@ def test_deadline_during_generation_stops_it() -> None:
     llm = LLM(backend)
     with pytest.raises(LLMTimeout):
         llm.chat(MESSAGES, timeout=0.12)  # type: ignore[arg-type]
-    assert not llm.gate.busy
-    assert backend.closed_early == 1
+    wait_until(lambda: llm.engine.busy_seqs == 0)
+    assert llm.engine.busy_seqs == 0
 
 
 def test_closing_a_stream_early_stops_generation_and_frees_the_model() -> None:
-    backend = ScriptedBackend("a b c d e f")
+    backend = ScriptedBackend("a b c d e f", token_delay=0.01)
     llm = LLM(backend)
     tokens = llm.stream(MESSAGES)  # type: ignore[arg-type]
     assert next(tokens) == "a"
     tokens.close()
-    assert backend.closed_early == 1
-    assert not llm.gate.busy
+    assert llm.engine.busy_seqs == 0  # freed at once, for the next request
+    time.sleep(0.1)
+    assert llm.engine.steps <= 3  # the step under way when it closed, and no more
 
 
 def test_cancel_from_another_thread() -> None:
@@ -102,33 +126,116 @@ def test_cancel_from_another_thread() -> None:
     time.sleep(0.05)
     rest = list(tokens)
     assert len(rest) < 5
-    assert not llm.gate.busy
+    wait_until(lambda: llm.engine.busy_seqs == 0)
+    assert not llm.slots.busy
 
 
 def test_backend_failure_becomes_llm_failed_and_frees_the_model() -> None:
     llm = LLM(ScriptedBackend("a b c", fail_after=1))
     with pytest.raises(LLMFailed, match="LLM request failed"):
         llm.chat(MESSAGES)  # type: ignore[arg-type]
-    assert not llm.gate.busy
+    wait_until(lambda: llm.engine.busy_seqs == 0)
+    assert llm.engine.busy_seqs == 0
+    assert llm.chat(MESSAGES, max_tokens=1) == "a"  # type: ignore[arg-type]
 
 
-def test_with_two_replicas_two_generate_at_once_and_the_third_waits_its_turn() -> None:
-    llm = LLM(ScriptedBackend("x y"), max_waiters=1, timeout=5, replicas=2)
-    first = llm.stream(MESSAGES)  # type: ignore[arg-type]
-    second = llm.stream(MESSAGES)  # type: ignore[arg-type]
-    assert llm.gate.busy and llm.gate.holders == 2
-    got: list[str] = []
-    waiter = threading.Thread(target=lambda: got.append(llm.chat(MESSAGES)))  # type: ignore[arg-type]
-    waiter.start()
-    deadline = time.monotonic() + 5
-    while llm.gate.waiting == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert llm.gate.waiting == 1
-    with pytest.raises(LLMOverloaded) as full:  # every replica busy and the queue full: 503
-        llm.stream(MESSAGES)  # type: ignore[arg-type]
-    assert full.value.retry_after >= 1
-    first.close()
-    waiter.join(5)
-    assert got == ["x y"]
-    second.close()
-    assert llm.gate.holders == 0 and not llm.gate.busy
+# --- several answers decoded together ---------------------------------------------
+
+
+def test_concurrent_requests_decode_together_and_each_gets_its_own_answer() -> None:
+    backend = ScriptedBackend(lambda prompt: f"answer to {prompt.split()[1]}", token_delay=0.01)
+    llm = LLM(backend, max_waiters=8)
+    answers: dict[int, str] = {}
+
+    def ask(i: int) -> None:
+        answers[i] = llm.chat([{"role": "user", "content": f"q{i}"}])  # type: ignore[list-item]
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert answers == {i: f"answer to q{i}" for i in range(4)}
+    # four answers of three tokens each, decoded in far fewer steps than 4 x 3
+    assert llm.engine.steps < 4 * 4
+
+
+def test_a_client_leaving_mid_stream_leaves_the_others_going() -> None:
+    backend = ScriptedBackend("a b c d e f g h", token_delay=0.05)
+    llm = LLM(backend)
+    gone = threading.Event()
+    leaving = llm.stream(MESSAGES, abandoned=gone.is_set)  # type: ignore[arg-type]
+    staying = llm.stream([{"role": "user", "content": "other"}])  # type: ignore[list-item]
+    assert next(leaving) == "a"
+    gone.set()
+    assert "".join(staying) == "a b c d e f g h"
+    assert len(list(leaving)) < 7
+    assert leaving.cancelled_because_client_left
+
+
+def test_branches_share_one_read_of_the_prompt() -> None:
+    backend = ScriptedBackend("x", candidates=lambda p: [("Paris it is.", 0.5), ("Lyon it is.", 0.5)])
+    llm = LLM(backend)
+    messages = [{"role": "user", "content": "a question of several words"}]
+    prompt_tokens = len(backend.tokens(backend.render(messages)))  # type: ignore[arg-type]
+    generation = llm.generate(
+        messages,  # type: ignore[arg-type]
+        Ask(max_tokens=8, sampling=GREEDY),
+        samples=5,
+        sample_sampling=Sampling(temperature=1.0, seed=3),
+    )
+    candidates = generation.settle()
+    generation.close()
+    assert llm.engine.prompt_tokens_read == prompt_tokens  # read once for six branches
+    assert len(candidates) == 6
+    assert {c.text for c in candidates} == {"Paris it is.", "Lyon it is."}
+    assert all(c.finish is Finish.STOP for c in candidates)
+
+
+def test_a_later_branch_draws_from_the_same_first_step() -> None:
+    backend = ScriptedBackend("x", candidates=lambda p: [("Paris it is.", 0.5), ("Lyon it is.", 0.5)])
+    llm = LLM(backend)
+    generation = llm.generate(
+        MESSAGES,  # type: ignore[arg-type]
+        Ask(max_tokens=8, sampling=GREEDY, spare=4),
+    )
+    (greedy,) = generation.settle()
+    read = llm.engine.prompt_tokens_read
+    generation.spawn(4, Sampling(temperature=1.0, seed=5), 8, None)
+    later = generation.settle()
+    generation.close()
+    assert len(later) == 5 and later[0].text == greedy.text
+    assert {c.text for c in later[1:]} <= {"Paris it is.", "Lyon it is."}
+    assert llm.engine.prompt_tokens_read == read  # the prompt was not read again
+
+
+def test_a_paused_branch_goes_on_once_chosen() -> None:
+    backend = ScriptedBackend("one two three four five six")
+    llm = LLM(backend)
+    generation = llm.generate(MESSAGES, Ask(max_tokens=20, sampling=GREEDY, pause_at=2))  # type: ignore[arg-type]
+    (paused,) = generation.settle()
+    assert paused.finish is Finish.PAUSED and paused.text == "one two"
+    assert "".join(generation.stream(0)) == "one two three four five six"
+    generation.close()
+
+
+def test_a_second_prompt_reads_only_what_it_does_not_share_with_the_first() -> None:
+    backend = ScriptedBackend("ok")
+    llm = LLM(backend)
+    system = {"role": "system", "content": "a long stable system prompt " * 10}
+    llm.chat([system, {"role": "user", "content": "first"}])  # type: ignore[list-item]
+    read = llm.engine.prompt_tokens_read
+    llm.chat([system, {"role": "user", "content": "second"}])  # type: ignore[list-item]
+    assert llm.engine.prompt_tokens_read - read < 10
+
+
+def test_greedy_answers_are_the_same_alone_and_beside_others() -> None:
+    backend = ScriptedBackend(lambda prompt: f"reply {prompt.split()[1]} done", token_delay=0.005)
+    llm = LLM(backend)
+    alone = [llm.chat([{"role": "user", "content": f"q{i}"}], sampling=GREEDY) for i in range(3)]  # type: ignore[list-item]
+    streams = [
+        llm.stream([{"role": "user", "content": f"q{i}"}], sampling=GREEDY)  # type: ignore[list-item]
+        for i in range(3)
+    ]
+    together = ["".join(s) for s in streams]
+    assert together == alone

@@ -29,7 +29,7 @@ from tests.http_client import serve_in_thread
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[OpenAI, ScriptedBackend, LLM]]:
     settings = Settings.load({"data_dir": tmp_path / "data", "api_keys": "sk-local"}, {})
-    backend = ScriptedBackend("Paris is the capital of France.")
+    backend = ScriptedBackend("Paris is the capital of France.", n_seq=1)
     llm = LLM(backend, max_waiters=0, timeout=30)
     app = create_app(settings, assemble(settings, Store(settings.data_dir), llm, HashEmbedder()))
     with serve_in_thread(app) as base:
@@ -138,7 +138,7 @@ def test_errors_in_openai_shape(
     )
     holder.start()
     deadline = time.monotonic() + 5
-    while not llm.gate.busy and time.monotonic() < deadline:
+    while not llm.slots.busy and time.monotonic() < deadline:
         time.sleep(0.01)
     with pytest.raises(openai.RateLimitError) as limited:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])

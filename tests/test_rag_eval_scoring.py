@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benches import yes_no_quotes
 from benches.rag_eval import is_refusal, mentions, score, wilson
-from flask_app.rag.prompts import closest_line
 
 
 def test_a_fact_counts_only_as_a_whole_token() -> None:
@@ -60,30 +58,6 @@ def test_a_refusal_is_told_from_an_answer_that_says_not() -> None:
     ]
     assert [a for a in refusals if not is_refusal(a)] == []
     assert [a for a in answers if is_refusal(a)] == []
-
-
-def test_the_closest_line_of_a_declined_question_scores_as_a_refusal() -> None:
-    """It holds the fact for "Can I visit on a Monday?", but the model gave
-    no verdict: counted as a refusal, never as a correct answer."""
-    hedge = closest_line("The museum is open Tuesday to Sunday and closed on Mondays.")
-    assert is_refusal(hedge)
-
-
-def test_quotes_are_read_back_as_the_refusals_they_replaced() -> None:
-    def row(expected: list[str] | None, answer: str, correct: bool) -> dict[str, Any]:
-        return {"llm": "m", "surface": "answer", "question": "q", "expected": expected,
-                "answer": answer, "correct": correct}  # fmt: skip
-
-    answers = [
-        row(["closed"], 'The documents say: "Closed on Mondays."', True),  # a quote with the fact
-        row(["x"], "x.", True),
-        row(None, 'The documents say: "Delivery takes 3 days."', False),  # a refusal lost
-        row(None, "I don't have enough information to answer that question.", True),
-    ]
-    lines = yes_no_quotes.summary(answers)
-    assert lines[1].split() == ["as", "run:", "correct", "100%,", "refusals", "50%"]
-    assert lines[2].split() == ["quotes", "as", "refusals:", "correct", "50%,", "refusals", "100%"]
-    assert len(lines) == 5  # the two quotes listed
 
 
 def test_a_clients_prompts_go_with_every_answer_request() -> None:

@@ -91,30 +91,3 @@ def test_rag_eval_runs_a_held_out_set_given_by_its_path(
     assert result["answerable"] == 2 and result["unanswerable"] == 1
     assert result["accuracy"] == (1 + annex["correct"]) / 2
     assert result["correct_refusals"] == float(mercury["correct"])
-
-
-def test_an_ungated_run_records_the_line_the_served_default_quotes(
-    real_settings: Settings,
-) -> None:
-    """benches/rag_eval.py --ungated records with each /answer row the line a
-    probe quoting refusals answers with (benches/probe_test_frontier.py gates
-    the run with it): for a question the default's served probe lets through
-    and its model starts to refuse, that line is the served answer's quote."""
-    from benches import eval_sets
-    from benches.rag_eval import UNGATED, run_set
-
-    evset = eval_sets.load("town-notices")
-    hair = [q for q in evset.questions if q["q"] == "Do I need to cover my hair?"]
-    assert hair and hair[0]["split"] == "test"
-    one = dataclasses.replace(evset, questions=hair)
-
-    def run(overrides: dict[str, object], quotes: bool) -> dict[str, object]:
-        rows = run_set(one, DEFAULT_LLM, overrides, {"test"}, None, True, ["answer"], True, quotes)
-        assert len(rows) == 1
-        return rows[0]
-
-    ungated, served = run(UNGATED, True), run({}, False)
-    assert "quote" not in served
-    assert isinstance(ungated["quote"], str) and "Swimming caps" in ungated["quote"]
-    # the model starts to refuse (P 0.63 > the 0.3 gate) and the probe passes it
-    assert served["answer"] == f'The documents say: "{ungated["quote"]}"', served

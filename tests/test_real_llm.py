@@ -1,4 +1,5 @@
-"""The default LLM through llama-cpp-python: chat template, streaming, queue, KV prefix reuse."""
+"""The default LLM through llama.cpp: chat template, streaming, queue, KV prefix
+reuse, and several answers decoded together as they are one at a time."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import time
 
 import pytest
 
-from flask_app.inference.llm import LLM, ChatMessage, LlamaBackend, LLMOverloaded, Sampling
+from flask_app.inference.engine import Finish
+from flask_app.inference.llama_backend import LlamaBackend
+from flask_app.inference.llm import LLM, Ask, ChatMessage, LLMOverloaded, Sampling
 from flask_app.settings import Settings
 
 pytestmark = pytest.mark.real_model
@@ -19,8 +22,14 @@ SYSTEM = "You are a concise assistant. " + " ".join(
 
 @pytest.fixture(scope="module")
 def llm(real_settings: Settings) -> LLM:
-    backend = LlamaBackend(real_settings.llm_path(), n_ctx=2048)
+    # one sequence: the queue tests need the model held by one request
+    backend = LlamaBackend(real_settings.llm_path(), n_ctx=2048, n_seq=1)
     return LLM(backend, max_waiters=1, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def batched(real_settings: Settings) -> LLM:
+    return LLM(LlamaBackend(real_settings.llm_path(), n_ctx=4096, n_seq=6), timeout=120)
 
 
 def ask(question: str, system: str = SYSTEM) -> list[ChatMessage]:
@@ -46,7 +55,7 @@ def test_streams_a_short_grounded_answer(llm: LLM) -> None:
         pieces = list(tokens)
     assert len(pieces) >= 2
     assert "1998" in "".join(pieces)
-    assert not llm.gate.busy
+    assert not llm.slots.busy
 
 
 def test_a_seed_repeats_a_sampled_answer(llm: LLM) -> None:
@@ -101,7 +110,7 @@ def test_queue_overflow_under_contention(llm: LLM) -> None:
     t = threading.Thread(target=waiter)
     t.start()
     deadline = time.monotonic() + 5
-    while llm.gate.waiting < 1 and time.monotonic() < deadline:
+    while llm.slots.waiting < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     with pytest.raises(LLMOverloaded) as info:
         llm.stream(ask("One more?"), max_tokens=2)
@@ -109,3 +118,36 @@ def test_queue_overflow_under_contention(llm: LLM) -> None:
     holder.close()
     t.join(30)
     assert waiter_done.is_set()
+
+
+QUESTIONS = [
+    "Fact: the Harlow Bridge opened in 1998. When did the Harlow Bridge open?",
+    "Fact: the museum is closed on Mondays. On which day is the museum closed?",
+    "Fact: the guest Wi-Fi is called Calder-Guest. What is the guest Wi-Fi called?",
+]
+
+
+def test_greedy_answers_decoded_together_are_those_written_alone(batched: LLM) -> None:
+    greedy = Sampling(temperature=0.0)
+    alone = [batched.chat(ask(q), max_tokens=24, sampling=greedy) for q in QUESTIONS]
+    streams = [batched.stream(ask(q), max_tokens=24, sampling=greedy) for q in QUESTIONS]
+    together = ["".join(s) for s in streams]
+    assert together == alone
+    assert "1998" in alone[0] and "Monday" in alone[1] and "Calder-Guest" in alone[2]
+
+
+def test_candidates_share_one_read_of_the_prompt_and_carry_their_states(batched: LLM) -> None:
+    read = batched.engine.prompt_tokens_read
+    generation = batched.generate(
+        ask(QUESTIONS[0]),
+        Ask(max_tokens=32, sampling=Sampling(temperature=0.0), layers=(12,)),
+        samples=4,
+        sample_sampling=Sampling(temperature=0.8, seed=7),
+    )
+    candidates = generation.settle()
+    generation.close()
+    assert len(candidates) == 5
+    assert all(c.finish is Finish.STOP and "1998" in c.text for c in candidates)
+    assert all(c.last_state[12].shape == (896,) for c in candidates)
+    # the system prompt was cached before; at most the question's tokens were read
+    assert batched.engine.prompt_tokens_read - read <= batched.count_chat_tokens(ask(QUESTIONS[0]))

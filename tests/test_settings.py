@@ -45,12 +45,12 @@ def test_the_llm_flag_picks_a_preset_file_and_its_calibrated_gates() -> None:
     # an explicit gate setting wins over the preset's
     given = Settings.load({"answer_refusal_probability": "0.7"}, {"EDGERAG_LLM": big.llm})
     assert given.calibration().refusal_probability == 0.7
-    assert given.calibration().judge == big.calibration().judge
+    assert given.calibration().evidence_alone_words == big.calibration().evidence_alone_words
     # a --model file is no preset and takes the default model's gates
     other = Settings.load({"model": "/x/m.gguf", "llm": "qwen2.5-coder-1.5b"}, {})
     assert other.llm_preset() is None and other.llm_path() == Path("/x/m.gguf")
     assert other.calibration() == PRESETS["qwen2.5-coder-0.5b"].calibration
-    # the evidence's shape is the one each preset's probe was collected on
+    # the evidence's shape is the one each preset's verifier was collected on
     assert other.calibration().evidence_alone_words == 15
     assert big.calibration().evidence_alone_words == 15
 
@@ -75,13 +75,14 @@ def test_bad_values_name_the_option(
 
 def test_off_is_a_value_of_every_option_that_can_be_switched_off() -> None:
     settings = Settings.load(
-        {"answer_judge": "off", "max_items": "OFF"},
-        {"EDGERAG_ANSWER_PROBE": "off", "EDGERAG_ANSWER_YES_NO_QUOTE": "off"},
+        {"answer_refusal_probability": "off", "max_items": "OFF"},
+        {"EDGERAG_ANSWER_PROBE": "off"},
     )
-    assert settings.calibration().judge == 0.0  # not asked
+    assert settings.calibration().refusal_probability is None  # never declines for it
     assert settings.item_cap() is None
-    assert settings.probe_threshold() == 0.0
-    assert settings.yes_no_quote() is None
+    assert settings.verifier_off() and settings.verifier_threshold() is None
+    given = Settings.load({"answer_probe": "0.7"}, {})
+    assert not given.verifier_off() and given.verifier_threshold() == 0.7
     with pytest.raises(SettingsError, match="port: expected int"):
         Settings.load({"port": "off"}, {})
 
@@ -91,18 +92,17 @@ def test_the_old_numbers_for_off_still_work_with_a_deprecation_line(
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="edgerag"):
         settings = Settings.load(
-            {"answer_judge": "0", "max_items": "0", "answer_candidates": "0"},
-            {"EDGERAG_ANSWER_REFUSAL_PROBABILITY": "1", "EDGERAG_ANSWER_YES_NO_QUOTE": "1"},
+            {"answer_probe": "0", "max_items": "0", "answer_candidates": "0"},
+            {"EDGERAG_ANSWER_REFUSAL_PROBABILITY": "1"},
         )
-    assert settings.answer_judge == "off" and settings.max_items == "off"
+    assert settings.answer_probe == "off" and settings.max_items == "off"
     assert settings.answer_refusal_probability == "off"
-    assert settings.answer_yes_no_quote == "off"
     assert settings.answer_candidates is None
-    assert settings.calibration().refusal_probability == 1.0
+    assert settings.calibration().refusal_probability is None
     warned = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
-    assert len(warned) == 5 and any("answer_judge=off" in w for w in warned)
+    assert len(warned) == 4 and any("answer_probe=off" in w for w in warned)
     # a real threshold of the same option is not touched
-    assert Settings.load({"answer_judge": "0.5"}, {}).answer_judge == 0.5
+    assert Settings.load({"answer_probe": "0.5"}, {}).answer_probe == 0.5
 
 
 def test_the_configuration_page_is_generated_from_the_settings() -> None:

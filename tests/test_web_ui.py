@@ -308,17 +308,15 @@ def test_the_store_the_cli_tour_filled_is_shown_and_answers(
         assert "closed on Mondays" in backend.prompts[-1]  # the stored passage reached the model
 
 
-def test_the_page_names_the_probe_gate_and_what_it_quotes(
+def test_the_page_names_the_verifier_and_its_threshold(
     browser: WebDriver, tmp_path: Path
 ) -> None:
-    """The header's "answer gate" says the probe decides, at which
-    threshold (three figures), and which answers it lets through are
-    quoted lines."""
-    from flask_app.rag.answerability import AnswerProbe, Gate
-    from tests.test_answer_probe import probe_dict
+    """The header's "answer gate" says the verifier checks answers, at which
+    threshold (three figures), with how many sampled answers."""
+    from flask_app.rag.verifier import Gate
+    from tests.verifiers import scripted_verifier
 
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
-    probe = AnswerProbe.from_dict(probe_dict(quote_refusals=True, quote_yes_no=True))
     app = create_app(
         settings,
         assemble(
@@ -326,12 +324,12 @@ def test_the_page_names_the_probe_gate_and_what_it_quotes(
             Store(settings.data_dir),
             LLM(ScriptedBackend("Closed on Mondays."), timeout=30),
             HashEmbedder(),
-            gate=Gate(probe, threshold=0.42317),
+            gate=Gate(scripted_verifier(samples=3), threshold=0.42317),
         ),
     )
     with serve_in_thread(app) as base:
         browser.get(base + "/")
         wait = WebDriverWait(browser, 20)
-        wait.until(ec.text_to_be_present_in_element((By.ID, "health-gate"), "probe"))
+        wait.until(ec.text_to_be_present_in_element((By.ID, "health-gate"), "verified"))
         label = browser.find_element(By.ID, "health-gate").text
-        assert label == "probe ≥ 0.423, refusals quoted, yes/no questions quoted"
+        assert label == "verified ≥ 0.423, 3 samples"

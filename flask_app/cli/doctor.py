@@ -105,31 +105,31 @@ def model_files(settings: Settings) -> list[Check]:
 
 
 def answer_gate(settings: Settings) -> Check:
-    """Which gate will decline answers: the preset's probe when it was trained
-    on this very GGUF, else the refusal and judge gates (not a failure)."""
-    from flask_app.rag.answerability import ProbeError, choose_gate
+    """Which gate will check answers: the preset's verifier when it was
+    trained on this very GGUF, else none (unverified answers; not a failure)."""
+    from flask_app.rag.verifier import VerifierError, choose_gate
 
     chosen = settings.llm_preset()
     try:
         gate = choose_gate(
-            chosen.name if chosen else None, settings.llm_path(), settings.probe_threshold()
+            chosen.name if chosen else None,
+            settings.llm_path(),
+            settings.verifier_threshold(),
+            off=settings.verifier_off(),
         )
-    except ProbeError as exc:
+    except VerifierError as exc:
         return Check("answer gate", False, str(exc), "reinstall the edgerag wheel")
-    if gate.probe is not None:
-        name = gate.probe.path.name if gate.probe.path else "probe"
+    verifier = gate.verifier
+    if verifier is not None:
+        name = verifier.path.name if verifier.path else "verifier"
         return Check(
             "answer gate",
             True,
-            f"answerability probe {name} (layer {gate.probe.layer}, threshold {gate.threshold:.3g}"
-            f"{', refusals it passes quoted' if gate.probe.quote_refusals else ''}"
-            f"{', yes-or-no questions it passes quoted' if gate.probe.quote_yes_no else ''})",
+            f"verifier {name} (layer {verifier.correct.layer}, {verifier.samples} samples, "
+            f"threshold {gate.threshold:.3g})",
         )
-    calibration = settings.calibration()
-    detail = (
-        f"refusal gate {calibration.refusal_probability}, judge {calibration.judge}: {gate.reason}"
-    )
-    return Check("answer gate", True, detail)
+    refusal = settings.calibration().refusal_probability
+    return Check("answer gate", True, f"unverified, refusal gate {refusal}: {gate.reason}")
 
 
 def data_dir(settings: Settings) -> Check:
@@ -147,10 +147,11 @@ _PROBE = """
 import sys
 from pathlib import Path
 from flask_app.inference.embed import LlamaEmbedder
-from flask_app.inference.llm import LLM, LlamaBackend, Sampling
+from flask_app.inference.llama_backend import LlamaBackend
+from flask_app.inference.llm import LLM, Sampling
 embedder = LlamaEmbedder(Path(sys.argv[1]), batched=False)
 assert embedder.embed(["a short text"]).shape == (1, embedder.dim)
-llm = LLM(LlamaBackend(Path(sys.argv[2]), n_ctx=512))
+llm = LLM(LlamaBackend(Path(sys.argv[2]), n_ctx=512, n_seq=1))
 print(repr(llm.chat([{"role": "user", "content": "Say ok."}], max_tokens=2,
                     sampling=Sampling(temperature=0.0))))
 """

@@ -1,16 +1,14 @@
-"""The model's hidden state at the prompt's last token, read during the
-answer's own prefill.
+"""The model's hidden states, read during the decodes that happen anyway.
 
-llama.cpp computes each layer's output for every prompt token and keeps
-none of them; its scheduler calls an evaluation callback (`cb_eval`, set
-when a context is made) for every graph node, asking whether the caller
-wants that node's result. `HiddenStateTap` answers yes for the named layer
-outputs it is armed with (`l_out-N`: block N's output; `result_norm`: the
-final normalised state the output head reads) and copies the last row —
-the last token of the batch — when the scheduler hands the result over.
-No second pass and no extra logits: embedding mode would make llama.cpp
-compute the logits of every prompt token (`benches/answer_probe.py`
-measures what the tap costs).
+llama.cpp computes each layer's output for every token and keeps none of
+them; its scheduler calls an evaluation callback (`cb_eval`, set when a
+context is made) for every graph node, asking whether the caller wants that
+node's result. `HiddenStateTap` answers yes for the named layer outputs it
+is armed with (`l_out-N`: block N's output; `result_norm`: the final
+normalised state the output head reads) and copies the rows it was asked
+for — the prompt's last token, each answer's newest token — when the
+scheduler hands the result over. No second pass and no extra logits
+(`benches/answer_probe.py` measured what the tap costs).
 """
 
 from __future__ import annotations
@@ -74,28 +72,43 @@ def tensor_name(layer: int) -> str:
 
 
 class HiddenStateTap:
-    """Copies the last token's row of armed layer outputs as llama.cpp computes them.
+    """Copies chosen rows of armed layer outputs as llama.cpp computes them.
 
-    `arm(layers)` before a decode, `take()` after it; while disarmed the
-    callback answers "no" at once. `callback` must outlive the context it is
-    installed in (see `install`).
+    `arm(layers, rows, outputs, n_ubatch)` before a `llama_decode`: `rows`
+    are batch positions whose state is wanted; `take()` after it returns
+    them by layer and position, and disarms. llama.cpp computes a batch in
+    ubatches of `n_ubatch` tokens, in order (one stream: a unified KV
+    cache), and calls back once per ubatch and layer; a block's output has a
+    row per token of the ubatch, except the last block's and the final
+    norm's, which keep only the output tokens' rows (`outputs`: which
+    positions ask for logits). While disarmed the callback answers "no" at
+    once. `callback` must outlive the context it is installed in.
     """
 
     def __init__(self) -> None:
         self._ggml = _ggml()
         self._wanted: dict[bytes, int] = {}
-        self._states: dict[int, npt.NDArray[np.float32]] = {}
+        self._rows: list[int] = []
+        self._outputs: list[bool] = []
+        self._n_ubatch = 1
+        self._seen: dict[int, int] = {}  # ubatches of each layer seen since arm
+        self._states: dict[int, dict[int, npt.NDArray[np.float32]]] = {}
         import llama_cpp
 
         self.callback = llama_cpp.ggml_backend_sched_eval_callback(self._on_node)
 
-    def arm(self, layers: tuple[int, ...]) -> None:
-        """Copy the last token's row of each of `layers` from now on."""
-        self._states = {}
-        self._wanted = {tensor_name(layer).encode(): layer for layer in layers}
+    def arm(
+        self, layers: tuple[int, ...], rows: list[int], outputs: list[bool], n_ubatch: int
+    ) -> None:
+        self._states = {layer: {} for layer in layers}
+        self._seen = {layer: 0 for layer in layers}
+        self._rows = sorted(rows)
+        self._outputs = outputs
+        self._n_ubatch = n_ubatch
+        self._wanted = {tensor_name(layer).encode(): layer for layer in layers} if rows else {}
 
-    def take(self) -> dict[int, npt.NDArray[np.float32]]:
-        """The rows copied since `arm`, by layer; disarms."""
+    def take(self) -> dict[int, dict[int, npt.NDArray[np.float32]]]:
+        """The rows copied since `arm`: layer -> batch position -> state; disarms."""
         states, self._states, self._wanted = self._states, {}, {}
         return states
 
@@ -109,14 +122,24 @@ class HiddenStateTap:
             return True
         head = _TensorHead.from_address(tensor)
         width, rows = int(head.ne[0]), int(head.ne[1])
+        ubatch = self._seen[layer]
+        self._seen[layer] = ubatch + 1
         if head.type != _GGML_TYPE_F32 or rows < 1:
             return True
-        row = np.empty(width, dtype=np.float32)
-        # the batch's last token is the last row (a layer keeps one row per token)
-        self._ggml.ggml_backend_tensor_get(
-            tensor, row.ctypes.data, (rows - 1) * int(head.nb[1]), row.nbytes
-        )
-        self._states[layer] = row
+        start = ubatch * self._n_ubatch
+        stop = min(start + self._n_ubatch, len(self._outputs))
+        if rows == stop - start:
+            here = {position: position - start for position in range(start, stop)}
+        else:  # only the outputs' rows, in order
+            outs = [p for p in range(start, stop) if self._outputs[p]]
+            here = {position: k for k, position in enumerate(outs)}
+        for position in self._rows:
+            if position in here:
+                row = np.empty(width, dtype=np.float32)
+                self._ggml.ggml_backend_tensor_get(
+                    tensor, row.ctypes.data, here[position] * int(head.nb[1]), row.nbytes
+                )
+                self._states[layer][position] = row
         return True
 
 

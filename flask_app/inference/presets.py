@@ -27,8 +27,8 @@ class Artifact:
 class AnswerCalibration:
     """Answer-gate settings chosen for one model (see `rag.answer.AnswerConfig`)."""
 
-    refusal_probability: float  # refuse when P(the answer starts a refusal) > this
-    judge: float  # refuse when the model's P(the documents state the answer) < this
+    # unverified answers: decline when P(the answer starts a refusal) > this (None: never)
+    refusal_probability: float | None
     # an evidence unit of at least this many words is shown without its
     # neighbours (None: every unit with them); the preset's probe was
     # collected on prompts made this way
@@ -75,7 +75,7 @@ QWEN_05B = LLMPreset(
         428_730_240,
     ),
     default_quant="q4_0",
-    calibration=AnswerCalibration(refusal_probability=0.3, judge=0.0, evidence_alone_words=15),
+    calibration=AnswerCalibration(refusal_probability=0.3, evidence_alone_words=15),
 )
 
 QWEN_15B = LLMPreset(
@@ -93,7 +93,7 @@ QWEN_15B = LLMPreset(
         1_066_227_264,
     ),
     default_quant="q4_0",
-    calibration=AnswerCalibration(refusal_probability=0.3, judge=0.5, evidence_alone_words=15),
+    calibration=AnswerCalibration(refusal_probability=0.3, evidence_alone_words=15),
 )
 
 PRESETS = {preset.name: preset for preset in (QWEN_05B, QWEN_15B)}

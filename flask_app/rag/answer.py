@@ -1,167 +1,82 @@
-"""Grounded answers: hybrid retrieval → evidence units → a short prompt →
-generation gated by the model's own refusal probability.
+"""Grounded answers, verified before they are sent.
 
     grounding = ground(llm, retriever, question, config)
     with open_answer(llm, grounding, question, config) as answer:
         for delta in answer: ...
+    answer.outcome
 
-`retriever` is a stored collection or the documents of one request
-(`rag.retrieval`); evidence units are ranked over its `top_k` best passages
-(or `candidates`, when more) and those of at most `top_k` passages reach the
-prompt; `question.form` says how the surface wants the model
-asked and refusals worded. The answer is the refusal, without generating, when
-nothing was retrieved; instead of generating when the model, asked on the
-answer's own prompt whether the documents state the answer, says yes with less
-than `judge` probability (a judge calibrated per model; 0 = not asked); and
-when the first token's distribution gives the refusal more than
-`refusal_probability` (read from the answer's own prompt: no extra prompt, so
-the system prompt stays in the KV cache). A yes-or-no question the gates
-decline gets the evidence line closest to it in meaning quoted instead,
-said not to answer it directly, when close enough ("Can I visit on a
-Monday?" → the opening hours): the models cannot read a schedule into a
-yes or no, and cannot tell when the documents settle it. Where the
-answerability probe let the answer through and its file says so, a model
-about to refuse gets the best evidence line quoted as the answer instead
-(the 0.5B words fewer answers than the documents hold), and so does a
-yes-or-no question where the file says so (the models answer "Can I go on
-a Monday?" with a yes over "closed on Mondays"). Over a client's own
-system prompt or footer the probe reads the prompt it was fitted on (the
-same passages and question, the default system prompt, no footer) in a
-one-token pass first, and the answer comes from the client's. Shared words
-between question and passage decide nothing on their own: a question in
-other words than its passage still reaches the model. An answer that only restates the
-question, or answers "Which …" with the question's own subject and names
-nothing, gets an evidence line appended as a quote (the one it paraphrased,
-else the best); one that starts looping on a short piece ("1000000…") is
-stopped there.
+1. **Ground**: the retriever's best passages are cut into evidence units;
+   the best few (with their neighbours) go into a short prompt in the
+   surface's form (its system prompt, labels and refusal).
+2. **Propose**: the prompt is read once; the model writes its greedy answer
+   and stops at `candidate_tokens` for a choice.
+3. **Verify**: the verifier reads the hidden state at the answer's last
+   token and says how likely it is right. Below `accept`, a few sampled
+   answers are written from the same read of the prompt and scored too.
+4. **Choose**: the likeliest right answer that is not a refusal; below the
+   threshold, the surface's own decline. Its probability is the confidence
+   every surface reports.
+5. **Send**: the chosen answer's text, then the rest of it if it was longer
+   than `candidate_tokens`, as the model writes it.
+
+Without a verifier for the served model file (or with a conversation
+history, which it was not trained on), the first answer streams as the
+model writes it and the first token's refusal probability is the only gate.
 """
 
 from __future__ import annotations
 
-import enum
-import re
 import time
+import zlib
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from dataclasses import dataclass, replace
 
-import numpy as np
-import numpy.typing as npt
-
-from flask_app.inference.llm import (
-    LLM,
-    ChatMessage,
-    FirstTokenProbe,
-    HiddenStateProbe,
-    JudgeProbe,
-    TokenStream,
-)
+from flask_app.inference.llm import LLM, Ask, Candidate, Generation, Sampling
 from flask_app.rag import evidence, prompts, retrieval
-from flask_app.rag.answerability import AnswerProbe, Signals
-from flask_app.rag.pipeline import (
-    LLMNotConfigured,
-    Prompt,
-    Question,
-    build_prompt,
-    clean_stream,
-)
-from flask_app.rag.text import STOPWORDS, asks_yes_or_no, terms, words
-from flask_app.store import Hit
+from flask_app.rag.pipeline import LLMNotConfigured, Prompt, Question, build_prompt, clean_stream
+from flask_app.rag.verifier import Scored, Verifier
+
+GREEDY = Sampling(temperature=0.0)
 
 
 @dataclass(frozen=True)
 class AnswerConfig:
     max_tokens: int = 256
     context_tokens: int = 1024
-    # refuse when P(first token starts a refusal) > this
-    refusal_probability: float = 0.3
-    # refuse when the model, asked whether the documents state the answer,
-    # says yes with less than this probability (0: the judge is not asked)
-    judge: float = 0.0
     min_cosine: float | None = None  # passages less similar than this are not used
     evidence_units: int = 3
     # an evidence unit of at least this many words goes into the prompt
     # without its neighbours (None: every unit with them)
     evidence_alone_words: int | None = None
     meaning: float = 0.5  # weight of embedding closeness against shared words in evidence
-    # passages whose units are ranked for evidence (0 or below top_k: top_k);
-    # the prompt still holds evidence of at most top_k of them
-    candidates: int = 0
+    # passages whose units are ranked for evidence (None: top_k); the prompt
+    # still holds evidence of at most top_k of them
+    candidates: int | None = None
     # False: the prompt holds the chosen passages whole, not just their evidence
     evidence_only: bool = True
     # True: each evidence piece is its own prompt passage (Grounding.sources
     # then holds one hit per piece, repeated for pieces of the same passage)
     piece_blocks: bool = False
-    # a yes-or-no question the gates decline gets the evidence line closest
-    # to it in meaning quoted, said not to be a verdict, instead of the
-    # refusal, when their cosine is at least this (None: never); the models
-    # cannot read a schedule into a yes or no (docs/answer-quality.md)
-    closest_line_min_cosine: float | None = 0.4
-    # the answerability probe (None: the refusal and judge gates decide) and
-    # the probability it must reach for the model's answer to be kept
-    probe: AnswerProbe | None = None
-    probe_threshold: float = 0.5
-    # more layers whose hidden state the prefill reads (measuring probes)
-    hidden_layers: tuple[int, ...] = ()
-
-    def asks_judge(self) -> bool:
-        if self.probe is not None:
-            return self.probe.uses_judge
-        return self.judge > 0
-
-    def reads_layers(self) -> tuple[int, ...]:
-        own = () if self.probe is None else (self.probe.layer,)
-        return tuple(dict.fromkeys((*own, *self.hidden_layers)))
+    verifier: Verifier | None = None  # None: answers go out unverified
+    threshold: float = 0.5  # the verifier's: decline below this
+    # unverified: decline when the first token starts a refusal with more
+    # than this probability (None: never)
+    refusal_probability: float | None = 0.3
 
 
 @dataclass(frozen=True)
 class Grounding:
-    sources: list[Hit]  # the passages whose evidence is in the prompt, best first
+    sources: list[retrieval.Hit]  # the passages whose evidence is in the prompt, best first
     pieces: list[evidence.Evidence]  # the evidence; `passage` indexes `sources`
     best: evidence.Evidence | None
     evidence_score: float
     prompt: Prompt | None  # None: nothing retrieved, the answer is the fixed sentence
-    # the chosen unit closest in meaning to the question, with its cosine
-    # (None: not measured, or its passage did not fit the prompt)
-    closest: evidence.Evidence | None = None
-    closest_meaning: float | None = None
-
-    def quotable(self) -> str | None:
-        """The best evidence unit's text when it states something (5 words
-        or more, not a heading such as "Pulse P3 earbuds."): what a refusal
-        is answered with where the probe's file says so."""
-        best = self.best
-        if best is None or len(words(best.text)) < evidence.STATEMENT_WORDS:
-            return None
-        return best.text
 
     @classmethod
     def nothing(cls) -> Grounding:
         """Nothing retrieved (or nothing asked): the answer is the fixed
         sentence, without the model."""
         return cls(sources=[], pieces=[], best=None, evidence_score=0.0, prompt=None)
-
-    @classmethod
-    def of_prompt(
-        cls,
-        prompt: Prompt,
-        sources: list[Hit],
-        pieces: list[evidence.Evidence],
-        selection: evidence.Selection,
-        best: evidence.Evidence | None,
-        closest: tuple[evidence.Evidence | None, float | None],
-    ) -> Grounding:
-        """A prompt built from `selection`'s evidence, with the chosen unit
-        closest in meaning when the prompt shows it."""
-        return cls(
-            sources=sources,
-            pieces=pieces,
-            best=best,
-            evidence_score=selection.best_score,
-            prompt=prompt,
-            closest=closest[0],
-            closest_meaning=closest[1],
-        )
 
 
 def _evidence_query(question: Question) -> str:
@@ -177,9 +92,10 @@ def ground(
     question: Question,
     config: AnswerConfig,
 ) -> Grounding:
+    """Retrieval, evidence units and the prompt (stage 1)."""
     if llm is None:
         raise LLMNotConfigured()
-    passages = retriever.passages(question.query, max(question.top_k, config.candidates))
+    passages = retriever.passages(question.query, max(question.top_k, config.candidates or 0))
     floors = [f for f in (question.min_cosine, config.min_cosine) if f is not None]
     candidates = [hit for hit in passages if all(hit.score >= f for f in floors)]
     selection = evidence.select(
@@ -211,12 +127,9 @@ def ground(
             texts=[p.text for p in by_rank],
             answer_tokens=config.max_tokens,
             context_tokens=config.context_tokens,
-            probe_reads=config.probe is not None,
         )
-        kept = len(prompt.sources)
-        pieces = by_rank[:kept]
-        closest = _closest_shown(selection, renumber, pieces)
-        return Grounding.of_prompt(prompt, prompt.sources, pieces, selection, best, closest)
+        kept = by_rank[: len(prompt.sources)]
+        return Grounding(prompt.sources, kept, best, selection.best_score, prompt)
     sources = [candidates[i] for i in used]
     if config.evidence_only:
         blocks = [" … ".join(p.text for p in pieces if p.passage == i) for i in range(len(used))]
@@ -229,26 +142,10 @@ def ground(
         texts=blocks,
         answer_tokens=config.max_tokens,
         context_tokens=config.context_tokens,
-        probe_reads=config.probe is not None,
     )
-    kept = len(prompt.sources)
-    pieces = [p for p in pieces if p.passage < kept]
-    closest = _closest_shown(selection, renumber, pieces)
-    return Grounding.of_prompt(prompt, sources[:kept], pieces, selection, best, closest)
-
-
-def _closest_shown(
-    selection: evidence.Selection, renumber: dict[int, int], shown: list[evidence.Evidence]
-) -> tuple[evidence.Evidence | None, float | None]:
-    """The selection's closest unit (numbered as the prompt's passages) and
-    its cosine, or (None, None) when no piece in the prompt holds it."""
-    unit = selection.closest
-    if unit is None or unit.passage not in renumber:
-        return None, None
-    unit = replace(unit, passage=renumber[unit.passage])
-    if not any(p.passage == unit.passage and p.start <= unit.start < p.end for p in shown):
-        return None, None
-    return unit, selection.closest_meaning
+    kept_sources = len(prompt.sources)
+    pieces = [p for p in pieces if p.passage < kept_sources]
+    return Grounding(sources[:kept_sources], pieces, best, selection.best_score, prompt)
 
 
 def repeating_tail(text: str, longest: int = 8, run: int = 24) -> bool:
@@ -266,86 +163,48 @@ def repeating_tail(text: str, longest: int = 8, run: int = 24) -> bool:
     return False
 
 
-def restates(answer: str, question: str) -> bool:
-    """The answer's content words are all the question's: it adds nothing."""
-    said = set(terms(answer)) - STOPWORDS
-    return bool(said) and said <= set(terms(question))
-
-
-# a token that names something: an option, a number, code, a quoted string
-_NAME_LIKE = re.compile(r"^-|\d|[._:()/`'\"=]")
-
-
-def names_something(answer: str, question: str) -> bool:
-    """The answer holds a name-like token the question does not ("-s",
-    "1024", "str.zfill", "`-c`")."""
-    asked = {token.strip(".,;!?").lower() for token in question.split()}
-    for token in answer.split():
-        word = token.strip(".,;!?")
-        if word and word.lower() not in asked and _NAME_LIKE.search(word):
-            return True
-    return False
-
-
-def echoes_subject(answer: str, question: str) -> bool:
-    """A "Which …" question answered with its own subject and nothing that
-    names an answer ("Which ls option sets the output width?" → "The ls
-    option sets the output width to COLS."): the answer never says which."""
-    asked, said = words(question), words(answer)
-    if len(asked) < 4 or asked[0] != "which":
-        return False
-    echoed = said[:1] == ["the"] and said[1:4] == asked[1:4]
-    return echoed and not names_something(answer, question)
-
-
 @dataclass(frozen=True)
 class Outcome:
     """How an answer ended: known once its last delta is out."""
 
-    refused: bool  # the fixed sentence stands for the answer
-    # the answer holds no word of the model's: nothing was retrieved, or the
-    # gates declined (the fixed sentence, or a declined question's quote)
-    declined: bool
-    stopped_repeating: bool  # cut where the model began to loop
+    declined: bool  # the surface's refusal stands for the answer (no word of the model's)
+    # the probability that the answer is right (for a decline: the best
+    # candidate's, which fell short); None when no verifier read it
+    confidence: float | None
     refusal_probability: float | None  # the first token's, when read
-    # how likely the documents hold the answer: the probe's probability when
-    # it read the prefill, else the judge's P(yes) (None: neither)
-    answerable_probability: float | None
+    answerability: float | None  # the prompt's, when the verifier reads it
+    candidates: int  # answers written to choose from
+    stopped_repeating: bool  # cut where the model began to loop
+    # seconds: the prompt read, the candidates written, the verifier's reading
+    prefill_s: float | None = None
+    candidates_s: float | None = None
+    verify_s: float | None = None
 
 
-@dataclass(frozen=True)
-class PrefillReading:
-    """What the answer gates read from one prefill: the hidden state, the
-    first token's refusal probability and the judge's P(yes), each where
-    asked for."""
-
-    hidden: HiddenStateProbe | None = None
-    first_token: FirstTokenProbe | None = None
-    judge: JudgeProbe | None = None
-
-    @classmethod
-    def of(
-        cls,
-        messages: list[ChatMessage],
-        config: AnswerConfig,
-        refusal_starts: tuple[str, ...],
-        gates: bool = True,
-    ) -> PrefillReading:
-        """The probes a prefill of `messages` is read with: the first token's
-        always (where the form has refusal starts), the probe's layers and
-        the judge where `gates` read this prefill."""
-        layers = config.reads_layers() if gates else ()
-        asks_judge = gates and config.asks_judge()
-        return cls(
-            hidden=HiddenStateProbe(layers) if layers else None,
-            first_token=FirstTokenProbe(refusal_starts) if refusal_starts else None,
-            judge=JudgeProbe(prompts.judge_messages(messages)) if asks_judge else None,
-        )
+def verify(
+    verifier: Verifier,
+    candidates: list[Candidate],
+    answerable: float | None,
+) -> list[Scored]:
+    """Each candidate with its probability of being right (stage 3)."""
+    layer = verifier.correct.layer
+    reads = verifier.correct.reads
+    texts = [c.text.strip() for c in candidates]
+    out = []
+    for c, text in zip(candidates, texts, strict=True):
+        state = (c.mean_state if reads == "mean" else c.last_state).get(layer)
+        if state is None:  # nothing decoded (an empty answer)
+            continue
+        others = [t for j, t in enumerate(texts) if j != c.index]
+        p = verifier.probability(state, text, others, c.logprobs, answerable)
+        out.append(Scored(c.index, text, p))
+    return out
 
 
-class Decline(enum.Enum):
-    GATE = "gate"  # the probe or the judge: the documents do not hold the answer
-    REFUSAL = "refusal"  # the first token: the model is about to refuse
+def choose(scored: list[Scored]) -> Scored | None:
+    """The likeliest right candidate that is an answer, not a refusal (stage 4)."""
+    answers = [s for s in scored if s.text and not prompts.is_refusal(s.text)]
+    return max(answers, key=lambda s: s.probability, default=None)
 
 
 class AnswerStream:
@@ -354,25 +213,23 @@ class AnswerStream:
 
     def __init__(
         self,
-        tokens: TokenStream | None,
-        own: PrefillReading,
+        generation: Generation | None,
         grounding: Grounding,
         question: Question,
         config: AnswerConfig,
-        fitted: PrefillReading | None = None,
+        verifier: Verifier | None,
     ) -> None:
-        self._tokens = tokens
-        self._own = own  # the answer's own prefill: its first token says "refusing"
-        # what the gates read: the prompt the probe was fitted on, where the
-        # answer's own prompt is a client's; else the answer's own
-        self._gates = own if fitted is None else fitted
+        self._generation = generation
         self._grounding = grounding
         self._question = question
         self._config = config
-        self.refusal_probability: float | None = None
-        self.probe_probability: float | None = None  # the probe's, once it read the prefill
-        self.first_token: FirstTokenProbe | None = own.first_token  # its distribution's readings
+        self._verifier = verifier
         self._outcome: Outcome | None = None
+        self._timing: dict[str, float | None] = {}
+        self._confidence: float | None = None
+        self._answerability: float | None = None
+        self._refusal: float | None = None
+        self._written = 0
 
     @property
     def outcome(self) -> Outcome:
@@ -381,135 +238,116 @@ class AnswerStream:
             raise RuntimeError("the answer's outcome is known once its last delta is taken")
         return self._outcome
 
-    def _answerable_probability(self) -> float | None:
-        if self.probe_probability is not None:
-            return self.probe_probability
-        return self._judged()
-
-    def _judged(self) -> float | None:
-        judge = self._gates.judge
-        return None if judge is None else judge.probability
-
-    def _ended(self, *, refused: bool, declined: bool, stopped_repeating: bool = False) -> None:
+    def _ended(self, declined: bool, stopped_repeating: bool = False) -> None:
         self._outcome = Outcome(
-            refused=refused,
             declined=declined,
+            confidence=self._confidence,
+            refusal_probability=self._refusal,
+            answerability=self._answerability,
+            candidates=self._written,
             stopped_repeating=stopped_repeating,
-            refusal_probability=self.refusal_probability,
-            answerable_probability=self._answerable_probability(),
+            prefill_s=self._timing.get("prefill"),
+            candidates_s=self._timing.get("candidates"),
+            verify_s=self._timing.get("verify"),
         )
 
-    def _signals(self) -> Signals:
-        grounding = self._grounding
-        first = self._gates.first_token
-        return Signals(
-            hidden=self.hidden_states,
-            refusal_probability=None if first is None else first.probability,
-            judge=self._judged(),
-            meaning=grounding.closest_meaning,
-            evidence_score=grounding.evidence_score,
-            best_cosine=max((hit.score for hit in grounding.sources), default=None),
-        )
+    def _seed(self) -> int:
+        """The request's seed, else one of the prompt: the same question over
+        the same passages is answered the same way."""
+        given = self._question.sampling.seed
+        if given is not None:
+            return given
+        prompt = self._grounding.prompt
+        text = "" if prompt is None else "\n".join(m["content"] for m in prompt.messages)
+        return zlib.crc32(text.encode("utf-8"))
 
-    @property
-    def hidden_states(self) -> dict[int, npt.NDArray[np.float32]] | None:
-        """The last prompt token's hidden state by layer that the probe
-        reads (of the fitted prompt, where one was read), once the first
-        delta came."""
-        hidden = self._gates.hidden
-        return None if hidden is None else hidden.states
+    def _read(self, generation: Generation) -> None:
+        started = time.monotonic()
+        first, states = generation.reading()
+        self._timing["prefill"] = time.monotonic() - started
+        self._refusal = first.refusal_probability
+        if self._verifier is not None:
+            self._answerability = self._verifier.answerability(states)
 
-    def _declines(self) -> Decline | None:
-        """At the first delta: the probe, where it read the prefill, else the
-        judge, says decline (GATE); or the first token's distribution says the
-        model is about to refuse (REFUSAL: then the fixed sentence, or a
-        yes-or-no question's closest line, stands in for the model's own
-        refusal, or the best evidence line where the probe let it through and
-        its file says to quote)."""
-        first = self._own.first_token
-        if first is not None:
-            self.refusal_probability = first.probability
-        probe = self._config.probe
-        if probe is not None:
-            self.probe_probability = probe.probability(self._signals())
-        judged = self._judged()
-        if self.probe_probability is not None:
-            if self.probe_probability < self._config.probe_threshold:
-                return Decline.GATE
-        elif judged is not None and judged < self._config.judge:
-            return Decline.GATE
-        if first is None:
+    def _unverified(self, generation: Generation) -> int | None:
+        """The first answer, unless the model is about to refuse."""
+        self._read(generation)
+        floor = self._config.refusal_probability
+        if floor is not None and (self._refusal or 0.0) > floor:
             return None
-        if (self.refusal_probability or 0.0) > self._config.refusal_probability:
-            return Decline.REFUSAL
-        return None
+        self._written = 1
+        return 0
+
+    def _verified(self, generation: Generation, verifier: Verifier) -> int | None:
+        """Stages 2-4: the chosen candidate's index (None: declined)."""
+        self._read(generation)
+        skip = verifier.skip_below
+        if skip is not None and self._answerability is not None and self._answerability < skip:
+            return None  # the documents hardly hold an answer: none is written
+        clock = time.monotonic()
+        candidates = generation.settle()
+        writing, clock = time.monotonic() - clock, time.monotonic()
+        scored = verify(verifier, candidates, self._answerability)
+        checking = time.monotonic() - clock
+        first = next((s for s in scored if s.index == 0), None)
+        sure = verifier.accept is not None and first is not None and first.probability >= verifier.accept
+        if verifier.samples and not sure:
+            sampling = replace(
+                self._question.sampling,
+                temperature=verifier.temperature,
+                top_p=0.95,
+                top_k=40,
+                seed=self._seed(),
+            )
+            clock = time.monotonic()
+            generation.spawn(
+                verifier.samples, sampling, self._config.max_tokens, verifier.candidate_tokens
+            )
+            candidates = generation.settle()
+            writing, clock = writing + time.monotonic() - clock, time.monotonic()
+            scored = verify(verifier, candidates, self._answerability)
+            checking += time.monotonic() - clock
+        self._timing["candidates"] = writing
+        self._timing["verify"] = checking
+        self._written = len(candidates)
+        best = choose(scored)
+        self._confidence = None if best is None else best.probability
+        if best is None or best.probability < self._config.threshold:
+            return None
+        return best.index
 
     def __iter__(self) -> Iterator[str]:
         form = self._question.form
-        if self._tokens is None:
+        generation = self._generation
+        if generation is None:
             yield form.refusal
-            self._ended(refused=True, declined=True)
+            self._ended(declined=True)
+            return
+        verifier = self._verifier
+        chosen = (
+            self._unverified(generation)
+            if verifier is None
+            else self._verified(generation, verifier)
+        )
+        if chosen is None:
+            generation.close()
+            yield form.refusal
+            self._ended(declined=True)
             return
         parts: list[str] = []
-        stopped_repeating = False
-        for delta in clean_stream(self._tokens):
-            decline = None if parts or not self._grounding.sources else self._declines()
-            if not parts and self._answers_with_quote(decline):
-                # the probe says the documents hold the answer; the model
-                # cannot word it (a refusal) or read it into a yes or no:
-                # their best line is the answer
-                self._tokens.close()
-                line = self._grounding.quotable()
-                if line is not None:
-                    yield prompts.quote_suffix(line, after_answer=False)
-                    self._ended(refused=False, declined=False)
-                    return
-                decline = decline or Decline.REFUSAL  # no line to quote: declined
-            if decline is not None:
-                self._tokens.close()
-                quote = self._quote_instead_of_refusal()
-                yield form.refusal if quote is None else quote
-                self._ended(refused=quote is None, declined=True)
-                return
+        stopped = False
+        for delta in clean_stream(generation.stream(chosen)):
             parts.append(delta)
             yield delta
             if repeating_tail("".join(parts[-64:])):
-                self._tokens.close()  # a loop ("1000000…") would run to max_tokens
-                stopped_repeating = True
+                generation.close()  # a loop ("1000000…") would run to max_tokens
+                stopped = True
                 break
-        text = "".join(parts)
-        best = self._grounding.best
-        query = self._question.query
-        if best is not None and (
-            not text.strip() or restates(text, query) or echoes_subject(text, query)
-        ):
-            line = evidence.supporting_unit(text, query, self._grounding.pieces) or best.text
-            yield prompts.quote_suffix(line, bool(text.strip()))
-        self._ended(refused=False, declined=False, stopped_repeating=stopped_repeating)
-
-    def _answers_with_quote(self, decline: Decline | None) -> bool:
-        """The probe let the answer through, and its file was fitted with the
-        best evidence line answering a refusal (`quote_refusals`) or a
-        yes-or-no question (`quote_yes_no`)."""
-        probe = self._config.probe
-        if probe is None or self.probe_probability is None or decline is Decline.GATE:
-            return False
-        if decline is Decline.REFUSAL and probe.quote_refusals:
-            return True
-        return probe.quote_yes_no and asks_yes_or_no(self._question.query)
-
-    def _quote_instead_of_refusal(self) -> str | None:
-        """A declined yes-or-no question's closest evidence line, quoted
-        (None: the refusal stands)."""
-        floor = self._config.closest_line_min_cosine
-        line, meaning = self._grounding.closest, self._grounding.closest_meaning
-        if floor is None or line is None or meaning is None or meaning < floor:
-            return None
-        return prompts.closest_line(line.text) if asks_yes_or_no(self._question.query) else None
+        self._ended(declined=False, stopped_repeating=stopped)
 
     def close(self) -> None:
-        if self._tokens is not None:
-            self._tokens.close()
+        if self._generation is not None:
+            self._generation.close()
 
     def __enter__(self) -> AnswerStream:
         return self
@@ -531,42 +369,25 @@ def open_answer(
     if llm is None:
         raise LLMNotConfigured()
     if grounding.prompt is None:
-        return AnswerStream(None, PrefillReading(), grounding, question, config)
-    if question.chat_history and config.probe is not None:
-        # the probe learnt single questions; a follow-up ("Who manages it?")
-        # reads differently, so the refusal and judge gates decide it
-        config = replace(config, probe=None)
-    deadline = None if timeout is None else time.monotonic() + timeout
-
-    def start(
-        messages: list[ChatMessage],
-        reading: PrefillReading,
-        tokens: int,
-        prompt_tokens: int | None = None,
-    ) -> TokenStream:
-        return llm.stream(
-            messages,
-            max_tokens=tokens,
+        return AnswerStream(None, grounding, question, config, None)
+    # the verifier learnt single questions; a follow-up reads differently
+    verifier = None if question.chat_history else config.verifier
+    if verifier is None:
+        ask = Ask(
+            max_tokens=config.max_tokens,
             sampling=question.sampling,
-            probe=reading.first_token,
-            judge=reading.judge,
-            hidden=reading.hidden,
-            abandoned=abandoned,
-            timeout=None if deadline is None else max(0.0, deadline - time.monotonic()),
-            prompt_tokens=prompt_tokens,
+            refusal_starts=question.form.refusal_starts,
         )
-
-    fitted = grounding.prompt.fitted if config.probe is not None else None
-    reading = None
-    if fitted is not None:
-        # a client's own system prompt or footer: the probe reads the prompt
-        # it was fitted on (the 0.5B's, over a client's "You are a helpful
-        # assistant.", passed 80% of the unanswerable questions), from a
-        # prefill and one token
-        reading = PrefillReading.of(fitted, config, prompts.DEFAULT_FORM.refusal_starts)
-        with closing(start(fitted, reading, 1)) as read:
-            next(iter(read), None)
-    messages = grounding.prompt.messages
-    own = PrefillReading.of(messages, config, question.form.refusal_starts, reading is None)
-    tokens = start(messages, own, config.max_tokens, grounding.prompt.prompt_tokens)
-    return AnswerStream(tokens, own, grounding, question, config, reading)
+    else:
+        ask = Ask(
+            max_tokens=config.max_tokens,
+            sampling=replace(GREEDY, stop=question.sampling.stop),
+            spare=verifier.samples,
+            pause_at=verifier.candidate_tokens,
+            layers=verifier.layers(),
+            refusal_starts=question.form.refusal_starts,
+        )
+    generation = llm.generate(
+        grounding.prompt.messages, ask, timeout=timeout, abandoned=abandoned
+    )
+    return AnswerStream(generation, grounding, question, config, verifier)

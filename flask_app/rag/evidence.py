@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from flask_app.rag.text import Unit, codes, leading_code, term_set, terms, units, words
+from flask_app.rag.text import Unit, codes, leading_code, term_set, terms, units
 from flask_app.rag.text import sentences as text_sentences
 
 
@@ -45,9 +45,6 @@ class Scoring:
     meaning: float = 0.5
 
 
-# A unit of fewer words is a heading or a label ("Pulse P3 earbuds."): it
-# names a subject but states nothing about it.
-STATEMENT_WORDS = 5
 
 # Cosine of the question and each text by the embedding model, or None when
 # it cannot be measured (vectors of an unknown model).
@@ -73,11 +70,6 @@ class Selection:
     pieces: list[Evidence]  # grouped by passage, best passage first, text order inside
     best: Evidence | None  # the single best unit
     best_score: float
-    # of the chosen units that state something (not a heading or a label),
-    # the one closest in meaning to the question, and that cosine (None:
-    # meaning was not measured, or every chosen unit is a heading)
-    closest: Evidence | None = None
-    closest_meaning: float | None = None
 
 
 @dataclass(frozen=True)
@@ -106,22 +98,6 @@ def supporting(answer: str, question: str, passages: Sequence[str]) -> list[int]
     overlap = [len(said & term_set(p)) for p in passages]
     best = max(overlap, default=0)
     return [i for i, n in enumerate(overlap) if n == best] if best else []
-
-
-def supporting_unit(answer: str, question: str, pieces: Sequence[Evidence]) -> str | None:
-    """The unit of the pieces that holds most of what the answer said beyond
-    the question (idf-weighted over those units; of equals, the one holding
-    most of the question, then the first): the line an answer that named
-    nothing was paraphrasing. None when the answer said nothing the pieces hold."""
-    asked = set(terms(question))
-    said = [t for t in terms(answer) if t not in asked]
-    cut = [u.text for piece in pieces for u in units(piece.text)]
-    if not said or not cut:
-        return None
-    held = [term_set(u) for u in cut]
-    by_answer, by_question = _coverage(said, held), _coverage(terms(question), held)
-    top = max(range(len(cut)), key=lambda i: (by_answer[i], by_question[i], -i))
-    return cut[top] if by_answer[top] > 0 else None
 
 
 def cited_sentence(answer: str, question: str, passage: str, piece: Evidence) -> tuple[int, int]:
@@ -178,14 +154,7 @@ def select(
     chosen = ranked[: scoring.units_wanted]
     wanted = _with_neighbours(chosen, per_passage, scoring.neighbours, scoring.alone_words)
     pieces = _pieces(passages, per_passage, wanted, {(s.passage, s.index): s for s in scored})
-    best = _alone(ranked[0])
-    if cosines is None:
-        return Selection(pieces, best, ranked[0].score)
-    closest = _closest_statement(chosen, dict(zip(slots, cosines, strict=True)))
-    if closest is None:
-        return Selection(pieces, best, ranked[0].score)
-    unit, meaning = closest
-    return Selection(pieces, best, ranked[0].score, _alone(unit), meaning)
+    return Selection(pieces, _alone(ranked[0]), ranked[0].score)
 
 
 Slot = tuple[int, int]  # (passage, index of the unit among the passage's)
@@ -286,18 +255,6 @@ def on_subject(question: str, passages: Sequence[str]) -> list[bool]:
     held = [codes(text) for text in passages]
     named = codes(question) & {leading_code(text) for text in passages}
     return [not named or not h or bool(named & h) for h in held]
-
-
-def _closest_statement(
-    chosen: list[_Scored], cosine: dict[Slot, float]
-) -> tuple[_Scored, float] | None:
-    """Of the chosen units that state something (not a heading or a label),
-    the one closest in meaning to the question, with its cosine."""
-    statements = [s for s in chosen if len(words(s.unit.text)) >= STATEMENT_WORDS]
-    if not statements:
-        return None
-    closest = max(statements, key=lambda s: cosine[(s.passage, s.index)])
-    return closest, cosine[(closest.passage, closest.index)]
 
 
 def _alone(scored: _Scored) -> Evidence:

@@ -67,11 +67,6 @@ class Prompt:
     messages: list[ChatMessage]
     sources: list[Hit]  # the passages actually in the prompt (score = cosine)
     prompt_tokens: int
-    # the same passages and question as the answer probes were fitted on
-    # them (the default system prompt, no footer), where a client's own
-    # words changed `messages`; None: `messages` are that prompt, or no
-    # probe gates the answer
-    fitted: list[ChatMessage] | None = None
 
 
 # --- retrieval -----------------------------------------------------------------
@@ -223,31 +218,6 @@ def build_messages(
     return messages
 
 
-def fitted_messages(
-    llm: LLM,
-    question: Question,
-    texts: Sequence[str],
-    sources: Sequence[Hit],
-    own: list[ChatMessage],
-) -> list[ChatMessage] | None:
-    """The prompt of `question` (whose messages are `own`) as the answer
-    probes were fitted on it: the default system prompt and no footer
-    (None: `own` is that prompt, or holds a chat history, which no probe
-    reads, or the fitted one would not fit the window)."""
-    if question.chat_history:
-        return None
-    default = replace(
-        question,
-        header_prompt=None,
-        footer_prompt=None,
-        form=replace(question.form, system=prompts.DEFAULT_SYSTEM_PROMPT),
-    )
-    fitted = build_messages(default, texts, sources)
-    if fitted == own or llm.count_chat_tokens(fitted) >= llm.n_ctx:
-        return None
-    return fitted
-
-
 def recent_history(
     turns: Sequence[ChatMessage], budget: int, count: Callable[[str], int]
 ) -> list[ChatMessage]:
@@ -274,14 +244,11 @@ def build_prompt(
     texts: Sequence[str] | None = None,
     answer_tokens: int,
     context_tokens: int,
-    probe_reads: bool = False,
 ) -> Prompt:
     """Fit as many passages as the budget allows: at most `context_tokens` of
     passage text, and never more than the window leaves after the prompts,
     the history, the question and `answer_tokens` for the answer. `texts`
-    (one per source) replaces the sources' whole text, e.g. their evidence.
-    With `probe_reads` (an answerability probe gates the answer), a client's
-    own prompts also give the prompt the probe was fitted on (`fitted`)."""
+    (one per source) replaces the sources' whole text, e.g. their evidence."""
     count = llm.count_tokens
     history = recent_history(question.chat_history, llm.n_ctx - answer_tokens, count)
     trial = replace(question, chat_history=history)
@@ -307,8 +274,7 @@ def build_prompt(
         # parts and whole can tokenize a few tokens apart: the whole must fit
         overflow = total + answer_tokens - llm.n_ctx
         if overflow <= 0:
-            fitted = fitted_messages(llm, trial, texts, sources, messages) if probe_reads else None
-            return Prompt(messages, list(sources[: len(texts)]), total, fitted)
+            return Prompt(messages, list(sources[: len(texts)]), total)
         budget -= overflow + 8
     raise ContextOverflow(f"could not fit the passages into the {llm.n_ctx}-token window")
 

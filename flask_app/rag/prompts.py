@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from flask_app.inference.llm import ChatMessage
-
 NO_CONTEXT_ANSWER = "I don't have enough information to answer that question."
 
 
@@ -87,27 +85,3 @@ def user_message(
         parts.append(footer.strip())
     parts.append(f"Question: {question.strip()}")
     return "\n\n".join(parts)
-
-
-# Asked after the answer's own user message (same prefix, so llama.cpp reuses
-# it): how likely the model thinks the documents hold the answer.
-JUDGE_QUESTION = "Do the documents above state the answer to this question? Reply with yes or no."
-
-
-def judge_messages(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-    """The answer's chat with the judge's question appended to its last user message."""
-    *before, last = messages
-    return [*before, {"role": last["role"], "content": f"{last['content']}\n\n{JUDGE_QUESTION}"}]
-
-
-def closest_line(line: str) -> str:
-    """A declined yes-or-no question's answer: the line closest to it, said
-    plainly not to be a verdict (the reader decides: "closed on Mondays")."""
-    return f'The documents do not answer this directly; the closest they come is: "{line.strip()}"'
-
-
-def quote_suffix(line: str, after_answer: bool) -> str:
-    """The best evidence line, quoted: appended to an answer that only restated
-    the question (or replaces an empty one)."""
-    quoted = f'The documents say: "{line.strip()}"'
-    return f" {quoted}" if after_answer else quoted

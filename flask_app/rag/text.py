@@ -55,21 +55,6 @@ def leading_code(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-# Auxiliaries that open a question answered by yes or no ("Can I …?", "Is there …?").
-_YES_NO_OPENERS = frozenset(
-    """
-    am are is was were do does did can could will would shall should may might must
-    has have had
-    """.split()  # noqa: SIM905 (a word list reads better as text)
-)
-
-
-def asks_yes_or_no(question: str) -> bool:
-    """The question opens with an auxiliary verb: yes or no answers it."""
-    found = words(question)
-    return bool(found) and found[0] in _YES_NO_OPENERS
-
-
 _STEMMER = snowballstemmer.stemmer("english")
 
 

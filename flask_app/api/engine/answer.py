@@ -200,7 +200,7 @@ def answer(ns: str, name: str) -> ResponseReturnValue:
         return event_stream(_events(stream, reply), stream.close)
     with stream:
         text = "".join(stream)
-    return jsonify(reply.body(text, stream.outcome.refused, stream.outcome.answerable_probability))
+    return jsonify(reply.body(text, stream.outcome.declined, stream.outcome.confidence))
 
 
 def start_answer(
@@ -329,7 +329,7 @@ def _events(stream: AnswerStream, reply: _Reply) -> Iterator[bytes]:
         stream.close()
     yield sse(
         "done",
-        reply.body("".join(parts), stream.outcome.refused, stream.outcome.answerable_probability),
+        reply.body("".join(parts), stream.outcome.declined, stream.outcome.confidence),
     )
 
 

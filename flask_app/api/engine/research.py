@@ -198,7 +198,7 @@ def _run(app: Flask, jobs: Jobs, payload: dict[str, Any]) -> dict[str, Any]:
             )
             with stream:
                 text = "".join(stream)
-            return reply.body(text, stream.outcome.refused, stream.outcome.answerable_probability)
+            return reply.body(text, stream.outcome.declined, stream.outcome.confidence)
     except LLMCancelled:
         raise JobFailed("cancelled") from None  # the jobs file records it as CANCELLED
     except Exception as exc:

@@ -46,20 +46,20 @@ def answer_config_of(app: Flask) -> AnswerConfig:
     calibration = settings.calibration()
     gate = services_of(app).gate
     return AnswerConfig(
-        probe=gate.probe,
-        probe_threshold=gate.threshold,
+        verifier=gate.verifier,
+        threshold=gate.threshold,
         max_tokens=settings.max_tokens,
         context_tokens=settings.context_tokens,
-        candidates=settings.answer_candidates or 0,  # 0: the request's top_k
+        candidates=settings.answer_candidates,
         refusal_probability=calibration.refusal_probability,
-        judge=calibration.judge,
         evidence_alone_words=calibration.evidence_alone_words,
         min_cosine=cosine_floor(settings.answer_min_score, settings.score_mapping),
-        closest_line_min_cosine=settings.yes_no_quote(),
     )
 
 
 def gate_of(app: Flask) -> dict[str, Any]:
-    """Which gate declines answers, as /health and /info show it."""
-    calibration = settings_of(app).calibration()
-    return services_of(app).gate.describe(calibration.refusal_probability, calibration.judge)
+    """Which gate checks answers, as /health and /info show it."""
+    described = services_of(app).gate.describe()
+    if described["kind"] == "unverified":
+        described["refusal_probability"] = settings_of(app).calibration().refusal_probability
+    return described

@@ -54,9 +54,9 @@ def install(
     if llm is not None:
         Gauge(
             "edgerag_llm_waiting", "requests waiting for the LLM", registry=registry
-        ).set_function(lambda: llm.gate.waiting)
+        ).set_function(lambda: llm.slots.waiting)
         Gauge("edgerag_llm_busy", "1 while the LLM generates", registry=registry).set_function(
-            lambda: float(llm.gate.busy)
+            lambda: float(llm.slots.busy)
         )
         ttft = Histogram(
             "edgerag_llm_time_to_first_token_seconds",

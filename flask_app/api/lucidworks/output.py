@@ -131,14 +131,20 @@ class AnswerDeltas:
         return False
 
     def _answer_so_far(self, final: bool) -> str | None:
+        text = self._text_so_far(final)
+        if text is None:
+            return None
+        # held while it is, or could still become, the refusal sentence
+        if not final and (NO_CONTEXT_ANSWER.startswith(text.strip()) or is_refusal(text)):
+            return None
+        return text
+
+    def _text_so_far(self, final: bool) -> str | None:
         marked = self._marked()
         if marked is None:
             return None
         if not marked:
-            text = self._raw.lstrip()
-            if not final and NO_CONTEXT_ANSWER.startswith(text):
-                return None
-            return text
+            return self._raw.lstrip()
         marks = list(_ANSWER.finditer(self._raw))
         if not marks:
             return None

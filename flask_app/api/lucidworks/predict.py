@@ -222,7 +222,6 @@ def rewrite_query(surface: Surface, request: RagRequest, tenant: str = "") -> di
             messages,
             max_tokens=64,
             sampling=Sampling(temperature=0.0),
-            prompt_tokens=prompt_tokens,
         )
         line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), item.text)
         line = line.removeprefix("Standalone question:").strip() or item.text

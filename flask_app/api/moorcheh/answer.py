@@ -112,7 +112,7 @@ def _result(
         "sources": sources,
         "evidence_score": round(grounding.evidence_score, 4),
         "refusal_probability": answer.outcome.refusal_probability,
-        "answerable_probability": answer.outcome.answerable_probability,
+        "answerable_probability": answer.outcome.confidence,
     }
     if grounding.prompt is not None:
         body["usage"] = {

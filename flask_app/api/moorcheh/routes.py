@@ -93,11 +93,12 @@ def health() -> ResponseReturnValue:
             "id": services.llm.model_id,
             "preset": services.llm.preset,
             "n_ctx": services.llm.n_ctx,
-            "busy": services.llm.gate.busy,
-            "waiting": services.llm.gate.waiting,
-            "max_waiting": services.llm.gate.max_waiters,
-            "replicas": services.llm.gate.capacity,
-            "generating": services.llm.gate.holders,
+            "busy": services.llm.slots.busy,
+            "waiting": services.llm.slots.waiting,
+            "max_waiting": services.llm.slots.max_waiters,
+            "sequences": services.llm.slots.capacity,
+            "replicas": services.llm.slots.replicas,
+            "generating": services.llm.slots.holders,
             "answer_gate": gate_of(current_app),
         }
     embedder: dict[str, Any] | None = None

@@ -146,32 +146,30 @@ class StreamError(BaseModel):
 
 
 class AnswerGate(BaseModel):
-    """Which gate declines answers: the preset's answerability probe (`probe`)
-    or the refusal and judge thresholds (`refusal`, with the reason)."""
+    """Which gate checks answers: the preset's verifier (`verifier`), or
+    none (`unverified`, with the first-token refusal threshold and the reason)."""
 
-    kind: Literal["probe", "refusal"]
-    threshold: float | None = None  # probe: the probability an answer must reach
-    layer: int | None = None  # probe: the hidden layer it reads
-    signals: list[str] | None = None  # probe: what it combines
-    # probe: a refusal it lets through is answered with the best evidence line
-    quote_refusals: bool | None = None
-    # probe: a yes-or-no question it lets through is answered with the best line
-    quote_yes_no: bool | None = None
-    file: str | None = None  # probe: its file
-    refusal_probability: float | None = None  # refusal: the first-token threshold
-    judge: float | None = None  # refusal: the judge threshold (0: not asked)
-    reason: str | None = None  # refusal: why no probe decides
+    kind: Literal["verifier", "unverified"]
+    threshold: float | None = None  # verifier: the probability an answer must reach
+    layer: int | None = None  # verifier: the hidden layer it reads
+    samples: int | None = None  # verifier: sampled answers written beside the greedy one
+    accept: float | None = None  # verifier: no samples when the greedy one reaches this
+    features: list[str] | None = None  # verifier: what it combines
+    file: str | None = None  # verifier: its file
+    refusal_probability: float | None = None  # unverified: the first-token threshold
+    reason: str | None = None  # unverified: why
 
 
 class LlmState(BaseModel):
     id: str
     preset: str | None  # the named model (`--llm`); null for a `--model` file
     n_ctx: int
-    busy: bool  # every replica is generating
+    busy: bool  # no request could start now: every sequence is taken, or some wait
     waiting: int
     max_waiting: int
+    sequences: int  # answers written at once, decoded together
     replicas: int  # model replicas behind the queue (1 without a cluster)
-    generating: int  # answers being generated now
+    generating: int  # requests being answered now
     answer_gate: AnswerGate
 
 
@@ -256,7 +254,7 @@ class AnswerBody(BaseModel):
     sources: list[SearchResult]
     evidence_score: float  # best evidence unit: shared words and closeness in meaning, 0-1
     refusal_probability: float | None  # P(the answer's first token starts a refusal)
-    # how likely the passages hold the answer: the gate's probe, else the
-    # judge's P(yes) (null when neither was read)
+    # the verifier's probability that the answer is right (for a decline: that
+    # the best answer written was; null when no verifier read it)
     answerable_probability: float | None = None
     usage: AnswerUsage | None = None

@@ -146,7 +146,6 @@ def chat_completions() -> ResponseReturnValue:
             max_tokens=limit,
             sampling=_sampling(chat),
             abandoned=client_gone_probe(),
-            prompt_tokens=prompt_tokens,
         )
 
     def extension(text: str) -> dict[str, Any]:
@@ -154,8 +153,8 @@ def chat_completions() -> ResponseReturnValue:
             return {}
         answer = tokens if isinstance(tokens, AnswerStream) else None
         outcome = None if answer is None else answer.outcome
-        refused = (outcome is not None and outcome.refused) or is_refusal(text)
-        probability = None if outcome is None else outcome.answerable_probability
+        refused = (outcome is not None and outcome.declined) or is_refusal(text)
+        probability = None if outcome is None else outcome.confidence
         return {
             "rag": {
                 "sources": [] if refused else sources,

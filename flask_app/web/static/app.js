@@ -54,8 +54,8 @@ const base = () => `/namespaces/${encodeURIComponent(ns())}/collections/${encode
 
 // "probe ≥ 0.42" when the hidden-state probe decides, else the refusal gate's thresholds
 function gateLabel(gate) {
-  if (gate.kind === "probe") return `probe ≥ ${Number(gate.threshold.toPrecision(3))}${gate.quote_refusals ? ", refusals quoted" : ""}${gate.quote_yes_no ? ", yes/no questions quoted" : ""}`;
-  return gate.judge > 0 ? `refusal ${gate.refusal_probability}, judge ${gate.judge}` : `refusal ${gate.refusal_probability}`;
+  if (gate.kind === "verifier") return `verified ≥ ${Number(gate.threshold.toPrecision(3))}, ${gate.samples} samples`;
+  return `unverified, refusal ${gate.refusal_probability}`;
 }
 
 async function loadHealth() {
