@@ -14,9 +14,9 @@ from flask_app.file_collections import FileCollections
 from flask_app.inference.embed import Embedder, LlamaEmbedder
 from flask_app.inference.llama_backend import LlamaBackend
 from flask_app.inference.llm import LLM, Backend
-from flask_app.rag.verifier import Gate, choose_gate
 from flask_app.rag.jobs import Jobs
 from flask_app.rag.memory import Conversations
+from flask_app.rag.verifier import Gate, choose_gate
 from flask_app.records import LocalRecords, Records
 from flask_app.settings import Settings
 from flask_app.store import CollectionUnavailable, Store

@@ -7,6 +7,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 "$ROOT/scripts/setup.sh" --dev
 mkdir -p benches/results
-"$ROOT/.venv/bin/python" -m pytest benches/test_simcore_bench.py -q -p no:cacheprovider \
+"$ROOT/.venv/bin/python" -m pytest benches/search/test_simcore_bench.py -q -p no:cacheprovider \
     --benchmark-json=benches/results/simcore.json --benchmark-columns=median,iqr,rounds "$@"
-"$ROOT/.venv/bin/python" benches/report_simcore.py benches/results/simcore.json
+"$ROOT/.venv/bin/python" -m benches.search.report_simcore benches/results/simcore.json

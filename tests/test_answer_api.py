@@ -20,7 +20,6 @@ from flask_app.app import create_app
 from flask_app.client import Client, EdgeragError
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
-from flask_app.rag.answer import AnswerConfig
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
 from flask_app.services import assemble
 from flask_app.settings import Settings

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benches import eval_sets
+from benches.quality import eval_sets
 from flask_app.cluster.sharded import ShardedCollection, shard_of
 from flask_app.cluster.store import ClusterStore, ClusterUnusable
 from flask_app.inference.fakes import HashEmbedder

@@ -127,6 +127,7 @@ def test_a_likely_refusal_is_the_collections_own_decline(
     assert body["answer"] == engine_answer.NOT_FOUND_ANSWER
     assert not any(s["cited"] for s in body["sources"])
 
+
 def test_e2_e3_sources_modes(fixture_f: tuple[Flask, FlaskClient, ScriptedBackend]) -> None:
     _, client, _ = fixture_f
     every = ask(client, {"query": "When are deploys frozen?"}).get_json()

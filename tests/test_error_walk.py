@@ -86,7 +86,7 @@ EXAMPLES: list[tuple[ServiceError, tuple[int, int, int, int]]] = [
     (TextTooLong("text 0", 600, 512, "all-MiniLM-L6-v2"), (400, 400, 400, 400)),
     (EmbedderBusy("the embedder stayed busy"), (503, 429, 503, 429)),
     (LLMError("the model is in a bad state"), (500, 502, 503, 500)),
-    (LLMOverloaded(3, 2), (503, 429, 503, 429)),
+    (LLMOverloaded("LLM queue is full (3 requests waiting)", 2), (503, 429, 503, 429)),
     (ReplicaLost("replica 1: RayActorError"), (503, 503, 503, 503)),
     (LLMTimeout("timed out waiting for the LLM"), (504, 504, 503, 504)),
     (LLMFailed("LLM request failed: secret detail"), (500, 502, 503, 500)),

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from benches import eval_sets
-from benches.rag_eval import collection_name, set_specs
+from benches.quality import eval_sets
+from benches.quality.rag_eval import collection_name, set_specs
 
 
 def write_set(directory: Path, documents: Any, questions: Any) -> Path:

@@ -1,5 +1,5 @@
 """`edgerag serve` freezes what it made while starting before it serves, so
-full collections no longer walk it (benches/gc_pauses.py)."""
+full collections no longer walk it (benches/serving/gc_pauses.py)."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def filled(store: Store, n: int = 3000, dim: int = 64) -> tuple[Collection, np.n
 
 
 # Recall@10 of neighbours 0.3 away on random 64-d vectors, the hard case for
-# sign bits (real text: benches/binary_codes.py); an exact scan would give 1.0.
+# sign bits (real text: benches/search/binary_codes.py); an exact scan would give 1.0.
 @pytest.mark.parametrize(("kind", "least_recall"), [("int8", 0.95), ("binary", 0.6)])
 def test_each_kind_finds_stored_vectors_with_exact_scores(
     tmp_path: Path, kind: str, least_recall: float

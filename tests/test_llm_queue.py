@@ -8,10 +8,17 @@ import time
 
 import pytest
 
-from flask_app.inference.engine import Finish
+from flask_app.inference.engine import BatchEngine, Finish
 from flask_app.inference.fakes import ScriptedBackend
 from flask_app.inference.llm import LLM, Ask, LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
 from flask_app.inference.sampler import Sampling
+
+
+def engine_of(llm: LLM) -> BatchEngine:
+    """The local engine behind `llm` (its counters)."""
+    assert isinstance(llm.engine, BatchEngine)
+    return llm.engine
+
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 GREEDY = Sampling(temperature=0.0)
@@ -115,7 +122,7 @@ def test_closing_a_stream_early_stops_generation_and_frees_the_model() -> None:
     tokens.close()
     assert llm.engine.busy_seqs == 0  # freed at once, for the next request
     time.sleep(0.1)
-    assert llm.engine.steps <= 3  # the step under way when it closed, and no more
+    assert engine_of(llm).steps <= 3  # the step under way when it closed, and no more
 
 
 def test_cancel_from_another_thread() -> None:
@@ -148,7 +155,7 @@ def test_concurrent_requests_decode_together_and_each_gets_its_own_answer() -> N
     answers: dict[int, str] = {}
 
     def ask(i: int) -> None:
-        answers[i] = llm.chat([{"role": "user", "content": f"q{i}"}])  # type: ignore[list-item]
+        answers[i] = llm.chat([{"role": "user", "content": f"q{i}"}])
 
     threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
     for t in threads:
@@ -157,7 +164,7 @@ def test_concurrent_requests_decode_together_and_each_gets_its_own_answer() -> N
         t.join(10)
     assert answers == {i: f"answer to q{i}" for i in range(4)}
     # four answers of three tokens each, decoded in far fewer steps than 4 x 3
-    assert llm.engine.steps < 4 * 4
+    assert engine_of(llm).steps < 4 * 4
 
 
 def test_a_client_leaving_mid_stream_leaves_the_others_going() -> None:
@@ -165,7 +172,7 @@ def test_a_client_leaving_mid_stream_leaves_the_others_going() -> None:
     llm = LLM(backend)
     gone = threading.Event()
     leaving = llm.stream(MESSAGES, abandoned=gone.is_set)  # type: ignore[arg-type]
-    staying = llm.stream([{"role": "user", "content": "other"}])  # type: ignore[list-item]
+    staying = llm.stream([{"role": "user", "content": "other"}])
     assert next(leaving) == "a"
     gone.set()
     assert "".join(staying) == "a b c d e f g h"
@@ -174,7 +181,9 @@ def test_a_client_leaving_mid_stream_leaves_the_others_going() -> None:
 
 
 def test_branches_share_one_read_of_the_prompt() -> None:
-    backend = ScriptedBackend("x", candidates=lambda p: [("Paris it is.", 0.5), ("Lyon it is.", 0.5)])
+    backend = ScriptedBackend(
+        "x", candidates=lambda p: [("Paris it is.", 0.5), ("Lyon it is.", 0.5)]
+    )
     llm = LLM(backend)
     messages = [{"role": "user", "content": "a question of several words"}]
     prompt_tokens = len(backend.tokens(backend.render(messages)))  # type: ignore[arg-type]
@@ -186,27 +195,29 @@ def test_branches_share_one_read_of_the_prompt() -> None:
     )
     candidates = generation.settle()
     generation.close()
-    assert llm.engine.prompt_tokens_read == prompt_tokens  # read once for six branches
+    assert engine_of(llm).prompt_tokens_read == prompt_tokens  # read once for six branches
     assert len(candidates) == 6
     assert {c.text for c in candidates} == {"Paris it is.", "Lyon it is."}
     assert all(c.finish is Finish.STOP for c in candidates)
 
 
 def test_a_later_branch_draws_from_the_same_first_step() -> None:
-    backend = ScriptedBackend("x", candidates=lambda p: [("Paris it is.", 0.5), ("Lyon it is.", 0.5)])
+    backend = ScriptedBackend(
+        "x", candidates=lambda p: [("Paris it is.", 0.5), ("Lyon it is.", 0.5)]
+    )
     llm = LLM(backend)
     generation = llm.generate(
         MESSAGES,  # type: ignore[arg-type]
         Ask(max_tokens=8, sampling=GREEDY, spare=4),
     )
     (greedy,) = generation.settle()
-    read = llm.engine.prompt_tokens_read
+    read = engine_of(llm).prompt_tokens_read
     generation.spawn(4, Sampling(temperature=1.0, seed=5), 8, None)
     later = generation.settle()
     generation.close()
     assert len(later) == 5 and later[0].text == greedy.text
     assert {c.text for c in later[1:]} <= {"Paris it is.", "Lyon it is."}
-    assert llm.engine.prompt_tokens_read == read  # the prompt was not read again
+    assert engine_of(llm).prompt_tokens_read == read  # the prompt was not read again
 
 
 def test_a_paused_branch_goes_on_once_chosen() -> None:
@@ -224,17 +235,17 @@ def test_a_second_prompt_reads_only_what_it_does_not_share_with_the_first() -> N
     llm = LLM(backend)
     system = {"role": "system", "content": "a long stable system prompt " * 10}
     llm.chat([system, {"role": "user", "content": "first"}])  # type: ignore[list-item]
-    read = llm.engine.prompt_tokens_read
+    read = engine_of(llm).prompt_tokens_read
     llm.chat([system, {"role": "user", "content": "second"}])  # type: ignore[list-item]
-    assert llm.engine.prompt_tokens_read - read < 10
+    assert engine_of(llm).prompt_tokens_read - read < 10
 
 
 def test_greedy_answers_are_the_same_alone_and_beside_others() -> None:
     backend = ScriptedBackend(lambda prompt: f"reply {prompt.split()[1]} done", token_delay=0.005)
     llm = LLM(backend)
-    alone = [llm.chat([{"role": "user", "content": f"q{i}"}], sampling=GREEDY) for i in range(3)]  # type: ignore[list-item]
+    alone = [llm.chat([{"role": "user", "content": f"q{i}"}], sampling=GREEDY) for i in range(3)]
     streams = [
-        llm.stream([{"role": "user", "content": f"q{i}"}], sampling=GREEDY)  # type: ignore[list-item]
+        llm.stream([{"role": "user", "content": f"q{i}"}], sampling=GREEDY)
         for i in range(3)
     ]
     together = ["".join(s) for s in streams]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benches.rag_eval import is_refusal, mentions, score, wilson
+from benches.quality.rag_eval import is_refusal, mentions, score, wilson
 
 
 def test_a_fact_counts_only_as_a_whole_token() -> None:
@@ -65,7 +65,7 @@ def test_a_clients_prompts_go_with_every_answer_request() -> None:
     them, beside the query, the way a moorcheh client sends its own."""
     from types import SimpleNamespace
 
-    from benches.rag_eval import ask
+    from benches.quality.rag_eval import ask
 
     sent: list[dict[str, Any]] = []
 

@@ -19,9 +19,9 @@ pytestmark = pytest.mark.real_model
 
 # The evaluation set's passages (benches/eval): realistic, and the answers
 # below are among those the evaluation reports as correct.
-DOCS = json.loads((Path(__file__).parents[1] / "benches/eval/own/documents.json").read_text())[
-    "documents"
-]
+DOCS = json.loads(
+    (Path(__file__).parents[1] / "benches/quality/eval/own/documents.json").read_text()
+)["documents"]
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +108,8 @@ def test_a_fixed_subset_of_the_evaluation_stays_above_a_floor(fresh: FlaskClient
     """A loose guard on the README's numbers: the first questions of each set
     (before the answerability probe 20 of 35 were answered and 1 of 14
     refused; with it, honest refusals come first, docs/limits.md)."""
-    from benches import eval_sets
-    from benches.rag_eval import is_refusal, mentions
+    from benches.quality import eval_sets
+    from benches.quality.rag_eval import is_refusal, mentions
 
     answered = refused = n_answerable = n_unanswerable = 0
     for name in eval_sets.SETS:

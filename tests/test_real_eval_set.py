@@ -4,7 +4,6 @@ answered, and the report names the set by its directory."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benches.rag_eval import is_refusal
+from benches.quality.rag_eval import is_refusal
 from flask_app.inference.presets import DEFAULT_LLM
 from flask_app.settings import Settings
 from tests.test_eval_sets import write_set
@@ -59,7 +58,7 @@ def test_rag_eval_runs_a_held_out_set_given_by_its_path(
     )
     out = tmp_path / "report.json"
     env = {**os.environ, "EDGERAG_MODEL_DIR": str(real_settings.model_dir)}
-    command = [sys.executable, "benches/rag_eval.py", "--sets", str(directory)]
+    command = [sys.executable, "benches/quality/rag_eval.py", "--sets", str(directory)]
     command += ["--llms", DEFAULT_LLM]
     run = subprocess.run(
         [*command, "--surfaces", "answer", "--json", str(out), "--quiet"],

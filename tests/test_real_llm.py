@@ -8,10 +8,17 @@ import time
 
 import pytest
 
-from flask_app.inference.engine import Finish
+from flask_app.inference.engine import BatchEngine, Finish
 from flask_app.inference.llama_backend import LlamaBackend
 from flask_app.inference.llm import LLM, Ask, ChatMessage, LLMOverloaded, Sampling
 from flask_app.settings import Settings
+
+
+def engine_of(llm: LLM) -> BatchEngine:
+    """The local engine behind `llm` (its counters)."""
+    assert isinstance(llm.engine, BatchEngine)
+    return llm.engine
+
 
 pytestmark = pytest.mark.real_model
 
@@ -137,7 +144,7 @@ def test_greedy_answers_decoded_together_are_those_written_alone(batched: LLM) -
 
 
 def test_candidates_share_one_read_of_the_prompt_and_carry_their_states(batched: LLM) -> None:
-    read = batched.engine.prompt_tokens_read
+    read = engine_of(batched).prompt_tokens_read
     generation = batched.generate(
         ask(QUESTIONS[0]),
         Ask(max_tokens=32, sampling=Sampling(temperature=0.0), layers=(12,)),
@@ -150,4 +157,6 @@ def test_candidates_share_one_read_of_the_prompt_and_carry_their_states(batched:
     assert all(c.finish is Finish.STOP and "1998" in c.text for c in candidates)
     assert all(c.last_state[12].shape == (896,) for c in candidates)
     # the system prompt was cached before; at most the question's tokens were read
-    assert batched.engine.prompt_tokens_read - read <= batched.count_chat_tokens(ask(QUESTIONS[0]))
+    assert engine_of(batched).prompt_tokens_read - read <= batched.count_chat_tokens(
+        ask(QUESTIONS[0])
+    )

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import requests
 
-from benches.compaction_search import fill_one_delete_short_of_compaction
+from benches.search.compaction_search import fill_one_delete_short_of_compaction
 from flask_app import simcore
 from flask_app.store import Collection, CollectionUnavailable, DataDirLocked, Store
 from flask_app.store.collection import COMPACT_MIN_DEAD

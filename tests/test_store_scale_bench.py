@@ -1,4 +1,4 @@
-"""The limits `benches/store_scale.py` prints: the bytes it counts per vector
+"""The limits `benches/search/store_scale.py` prints: the bytes it counts per vector
 are the bytes simcore's files grow by; CPU seconds are read for real."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benches.store_scale import cpu_seconds, durable_write_bandwidth, stored_bytes_per_vector
+from benches.search.store_scale import cpu_seconds, durable_write_bandwidth, stored_bytes_per_vector
 from flask_app import simcore
 
 

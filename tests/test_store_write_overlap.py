@@ -97,7 +97,7 @@ def test_searches_go_on_during_the_append_and_see_the_batch_only_with_its_rows(
     tmp_path: Path,
 ) -> None:
     """A search used to wait for the whole write (224 ms p50 while 20,000-row
-    batches were written; benches/search_during_upload.py)."""
+    batches were written; benches/search/search_during_upload.py)."""
     c = Collection(tmp_path / "c")
     c.upsert(["a"], vectors(1, 0), ["t"], [None], mode="vector", embedding_model=None)
     index = held(c)

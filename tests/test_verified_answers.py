@@ -69,7 +69,9 @@ def test_the_verifier_chooses_a_right_sample_over_a_wrong_greedy_answer(tmp_path
 def test_the_same_question_is_answered_the_same_way(tmp_path: Path) -> None:
     app, _ = build(tmp_path, greedy_wrong_sample_right(), samples=5)
     client = app.test_client()
-    answers = {client.post("/answer", json={"query": QUESTION}).get_json()["answer"] for _ in range(3)}
+    answers = {
+        client.post("/answer", json={"query": QUESTION}).get_json()["answer"] for _ in range(3)
+    }
     assert answers == {RIGHT}
 
 

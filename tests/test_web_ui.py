@@ -308,9 +308,7 @@ def test_the_store_the_cli_tour_filled_is_shown_and_answers(
         assert "closed on Mondays" in backend.prompts[-1]  # the stored passage reached the model
 
 
-def test_the_page_names_the_verifier_and_its_threshold(
-    browser: WebDriver, tmp_path: Path
-) -> None:
+def test_the_page_names_the_verifier_and_its_threshold(browser: WebDriver, tmp_path: Path) -> None:
     """The header's "answer gate" says the verifier checks answers, at which
     threshold (three figures), with how many sampled answers."""
     from flask_app.rag.verifier import Gate

@@ -1,8 +1,10 @@
 """Answer candidates as served, with the hidden states a verifier reads.
 
     .venv/bin/python -m benches.quality.candidates --llm qwen2.5-coder-0.5b --split dev
-    .venv/bin/python -m benches.quality.candidates --llm qwen2.5-coder-0.5b --split train --max-sets 100
-    .venv/bin/python -m benches.quality.candidates --llm qwen2.5-coder-0.5b --sets own gnu-help --split dev
+    .venv/bin/python -m benches.quality.candidates --llm qwen2.5-coder-0.5b --split train \
+        --max-sets 100
+    .venv/bin/python -m benches.quality.candidates --llm qwen2.5-coder-0.5b --split dev \
+        --sets own gnu-help
 
 For each question of each set (SQuAD articles built by `benches.quality.squad`,
 or the project's evaluation sets by name), the store holds the set's passages
@@ -40,15 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from benches import eval_sets
-from benches.quality import squad
-from benches.rag_eval import TOP_K, is_refusal, mentions, upload_items
+from benches.quality import eval_sets, squad
+from benches.quality.rag_eval import TOP_K, is_refusal, mentions, upload_items
 from flask_app import rag
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
-from flask_app.inference import hidden_state
-from flask_app.inference.engine import BatchEngine, Branch, Request
-from flask_app.inference.llama_runtime import renew_context
+from flask_app.inference.engine import Branch, Request
 from flask_app.inference.presets import PRESETS
 from flask_app.inference.sampler import Sampling
 from flask_app.rag.answer import AnswerConfig, ground
@@ -56,12 +55,14 @@ from flask_app.rag.retrieval import StoredCollection
 from flask_app.services import Services, load_services
 from flask_app.settings import Settings
 
-# hidden layers read, per preset: last token at all, the mean at MEAN_LAYERS
+# hidden layers read, per preset: last token at all, the mean at MEAN_LAYERS;
+# and at all, the state after SNAPSHOTS tokens (where a long answer pauses)
 LAYERS = {
     "qwen2.5-coder-0.5b": (8, 10, 12, 14, 16, 18, 20, 22),
     "qwen2.5-coder-1.5b": (12, 14, 16, 18, 20, 22, 24, 26),
 }
 MEAN_LAYERS = {"qwen2.5-coder-0.5b": (14, 18), "qwen2.5-coder-1.5b": (18, 24)}
+SNAPSHOTS = (8, 16)
 
 # a client's own words: (header_prompt, footer_prompt); None keeps the default
 CLIENT_PROMPTS: list[tuple[str | None, str | None]] = [
@@ -110,20 +111,12 @@ class Collector:
         assert llm is not None
         backend: Any = llm.backend
         self.backend = backend
-        llama = backend._llama
-        tap = hidden_state.HiddenStateTap()
-        params = llama.context_params
-        params.cb_eval = tap.callback
-        params.cb_eval_user_data = None
-        params.n_seq_max = samples + 1
-        params.kv_unified = True
-        renew_context(llama)
-        self.engine = BatchEngine(llama, tap, n_seq=samples + 1, n_batch=512, n_ubatch=256)
+        self.engine = llm.engine
         self.layers = layers
         self.samples = samples
-        self.refusal_ids = tuple(backend._first_tokens(("I", "Sorry")))
+        self.refusal_ids = backend.first_tokens(("I", "Sorry"))
         with app.app_context():
-            self.config: AnswerConfig = replace(answer_config_of(app), probe=None)
+            self.config: AnswerConfig = replace(answer_config_of(app), verifier=None)
 
     def ground(self, query: str, header: str | None, footer: str | None) -> Any:
         services = self.services
@@ -146,12 +139,15 @@ class Collector:
         prompt = self.backend.render(grounding.prompt.messages)
         tokens = self.backend.tokens(prompt)
         seed = _hash(query) % (2**31)
-        branches = (Branch(Sampling(temperature=0.0), max_tokens),) + tuple(
-            Branch(Sampling(temperature=temperature, top_p=0.95, top_k=40, seed=seed), max_tokens)
-            for _ in range(self.samples)
+        sample = Sampling(temperature=temperature, top_p=0.95, top_k=40, seed=seed)
+        branches = (
+            Branch(Sampling(temperature=0.0), max_tokens),
+            *[Branch(sample, max_tokens) for _ in range(self.samples)],
         )
         grounded = time.perf_counter()
-        job = self.engine.submit(Request(tokens, branches, self.layers, self.refusal_ids))
+        job = self.engine.submit(
+            Request(tokens, branches, self.layers, self.refusal_ids, snapshots=SNAPSHOTS)
+        )
         job.wait_settled(None)
         settled = time.perf_counter()
         job.close()
@@ -181,11 +177,23 @@ class Collector:
                 for run in job.branches
             ],
         }
+
+        def at(run: Any, n: int) -> np.ndarray:
+            """The state after n tokens (the last one for a shorter answer)."""
+            held = run.snapshots.get(n, run.last_state)
+            return np.stack([held.get(layer, job.prompt_state[layer]) for layer in self.layers])
+
         states = {
             "prompt": np.stack([job.prompt_state[layer] for layer in self.layers]),
+            **{f"at{n}": np.stack([at(run, n) for run in job.branches]) for n in SNAPSHOTS},
             "last": np.stack(
                 [
-                    np.stack([run.last_state.get(layer, job.prompt_state[layer]) for layer in self.layers])
+                    np.stack(
+                        [
+                            run.last_state.get(layer, job.prompt_state[layer])
+                            for layer in self.layers
+                        ]
+                    )
                     for run in job.branches
                 ]
             ),
@@ -209,7 +217,11 @@ class Collector:
 @contextmanager
 def collector(llm: str, samples: int) -> Iterator[Collector]:
     with tempfile.TemporaryDirectory() as tmp:
-        overrides = {"answer_probe": "off", "answer_refusal_probability": "off"}
+        overrides = {
+            "answer_probe": "off",
+            "answer_refusal_probability": "off",
+            "llm_sequences": samples + 1,
+        }
         settings = Settings.load({"data_dir": Path(tmp), "llm": llm, **overrides}, os.environ)
         services = load_services(settings)
         try:
@@ -247,10 +259,8 @@ def collect_set(
     finally:
         c.services.store.edge().delete([it["id"] for it in items])
     out.mkdir(parents=True, exist_ok=True)
-    np.savez(
-        out / "states.tmp.npz",
-        **{key: np.stack([s[key] for s in states]) for key in ("prompt", "last", "mean")},
-    )
+    stacked: dict[str, Any] = {key: np.stack([s[key] for s in states]) for key in states[0]}
+    np.savez(out / "states.tmp.npz", **stacked)
     (out / "rows.tmp.jsonl").write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     )

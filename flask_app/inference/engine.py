@@ -55,7 +55,9 @@ class ContextFull(EngineError):
 class Decoder(Protocol):
     """What the engine needs from a model context (llama.cpp's, or a fake)."""
 
-    def decode(self, entries: Sequence[Entry], layers: tuple[int, ...]) -> dict[int, dict[int, State]]:
+    def decode(
+        self, entries: Sequence[Entry], layers: tuple[int, ...]
+    ) -> dict[int, dict[int, State]]:
         """Decode `entries` as one batch; the hidden states of the entries
         that want logits at `layers` (layer -> entry index -> state).
         Raises ContextFull when the cache has no room (nothing decoded)."""
@@ -78,6 +80,29 @@ class Decoder(Protocol):
     def piece(self, token: int) -> bytes: ...
 
 
+class Engine(Protocol):
+    """What the LLM layer hands requests to: a `BatchEngine` here, or the
+    cluster's engine that runs them on replicas."""
+
+    n_seq: int  # sequences decoded at once
+    cond: threading.Condition  # the lock its jobs share
+
+    @property
+    def waiting(self) -> int: ...
+
+    @property
+    def busy_seqs(self) -> int: ...
+
+    @property
+    def active(self) -> int: ...
+
+    def submit(self, request: Request) -> Job: ...
+
+    def release(self, job: Job) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Branch:
     sampling: Sampling
@@ -94,6 +119,8 @@ class Request:
     refusal_ids: tuple[int, ...] = ()  # first tokens a refusal starts with
     # sequences reserved beyond the branches, for branches spawned later
     spare: int = 0
+    # each branch also keeps its state after this many of its tokens
+    snapshots: tuple[int, ...] = ()
 
     @property
     def seqs(self) -> int:
@@ -125,6 +152,8 @@ class BranchRun:
     # sum over its decoded tokens (for a mean)
     last_state: dict[int, State] = field(default_factory=dict)
     state_sum: dict[int, npt.NDArray[np.float64]] = field(default_factory=dict)
+    # the state after n of its tokens, by n, for the request's snapshots
+    snapshots: dict[int, dict[int, State]] = field(default_factory=dict)
     drawn: Counter[int] = field(default_factory=Counter)
     decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
     emitted: int = 0  # characters of `text` handed out
@@ -141,7 +170,7 @@ class BranchRun:
 class Job:
     """A request as the engine runs it. Every method is safe from any thread."""
 
-    def __init__(self, engine: BatchEngine, request: Request) -> None:
+    def __init__(self, engine: Engine, request: Request) -> None:
         self._engine = engine
         self.request = request
         self.cond = engine.cond  # one lock for the engine and its jobs
@@ -182,15 +211,24 @@ class Job:
         return self._wait(lambda: self.admitted or self.closed, deadline)
 
     def wait_prefilled(self, deadline: float | None) -> bool:
-        return self._wait(lambda: self.error is None and (self.prefilled or self.closed), deadline)
+        # read before a failure: what was written then is still handed out
+        return self._wait(
+            lambda: self.prefilled or (self.closed and self.error is None), deadline
+        )
 
     def wait_settled(self, deadline: float | None) -> bool:
         """Every branch ended or paused (False: the deadline came first)."""
         return self._wait(
-            lambda: self.error is None
-            and (
-                self.closed
-                or (bool(self.branches) and not self.spawning and all(b.settled for b in self.branches))
+            lambda: (
+                self.error is None
+                and (
+                    self.closed
+                    or (
+                        bool(self.branches)
+                        and not self.spawning
+                        and all(b.settled for b in self.branches)
+                    )
+                )
             ),
             deadline,
         )
@@ -232,7 +270,10 @@ class Job:
     def spawn(self, branches: Sequence[Branch]) -> None:
         """More branches from the same prompt, on the spare sequences."""
         with self.cond:
-            if len(self.branches) + len(self.spawning) + len(branches) > len(self.request.branches) + self.request.spare:
+            if (
+                len(self.branches) + len(self.spawning) + len(branches)
+                > len(self.request.branches) + self.request.spare
+            ):
                 raise ValueError("more branches than the request reserved sequences for")
             self.spawning += branches
             self.cond.notify_all()
@@ -368,7 +409,7 @@ class BatchEngine:
                 plan = self._plan()
             try:
                 self._step(plan)
-            except Exception as exc:  # noqa: BLE001 - handed to the jobs that were in the step
+            except Exception as exc:
                 failure = exc if isinstance(exc, EngineError) else EngineError(str(exc))
                 with self.cond:
                     jobs = {o.job for o in plan.owners if o is not None}
@@ -531,7 +572,9 @@ class BatchEngine:
                     self._held[run.seq] = [*owner.job.request.prompt, *run.tokens[: run.fed]]
                 for layer, row in rows.items():
                     run.last_state[layer] = row
-                    run.state_sum[layer] = run.state_sum.get(layer, 0.0) + row
+                    run.state_sum[layer] = run.state_sum.get(layer, 0.0) + row.astype(np.float64)
+                if rows and run.fed in owner.job.request.snapshots:
+                    run.snapshots[run.fed] = dict(rows)
                 if run.finish is None:
                     self._advance(run, self._decoder.logits(i))
             self.cond.notify_all()
@@ -557,7 +600,9 @@ class BatchEngine:
                 self._decoder.seq_rm(seq, 0)
                 self._decoder.seq_cp(job.seqs[0], seq, len(prompt))
             seed = spec.sampling.seed
-            run = BranchRun(spec=spec, seq=seq, rng=np.random.default_rng(None if seed is None else [seed, k]))
+            run = BranchRun(
+                spec=spec, seq=seq, rng=np.random.default_rng(None if seed is None else [seed, k])
+            )
             self._held[seq] = list(prompt)
             job.branches.append(run)
             self._advance(run, job.first_logits)

@@ -43,7 +43,9 @@ class FakeDecoder:
         self._cells: dict[int, dict[int, int]] = {}
         self._last: list[Entry] = []
 
-    def decode(self, entries: Sequence[Entry], layers: tuple[int, ...]) -> dict[int, dict[int, State]]:
+    def decode(
+        self, entries: Sequence[Entry], layers: tuple[int, ...]
+    ) -> dict[int, dict[int, State]]:
         backend = self._backend
         if backend.token_delay:
             time.sleep(backend.token_delay)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from flask_app.inference import hidden_state
-from flask_app.inference.engine import BatchEngine, ContextFull, Entry, EngineError, State
+from flask_app.inference.engine import BatchEngine, ContextFull, EngineError, Entry, State
 from flask_app.inference.llama_runtime import (
     available_cores,
     model_id_from_metadata,
@@ -23,7 +23,7 @@ from flask_app.inference.sampler import Logits
 
 N_BATCH = 512
 # compute buffers sized for 256 tokens a step: 21 MB less than 512, prompt
-# reading as fast (benches/memory.py, docs/performance.md)
+# reading as fast (benches/serving/memory.py, docs/performance.md)
 N_UBATCH = 256
 
 
@@ -42,7 +42,9 @@ class LlamaDecoder:
         self._batch = llama_cpp.llama_batch_init(N_BATCH + n_seq, 0, 1)
         self._buffer = ctypes.create_string_buffer(256)
 
-    def decode(self, entries: Sequence[Entry], layers: tuple[int, ...]) -> dict[int, dict[int, State]]:
+    def decode(
+        self, entries: Sequence[Entry], layers: tuple[int, ...]
+    ) -> dict[int, dict[int, State]]:
         batch = self._batch
         for i, (token, position, seq, logits) in enumerate(entries):
             batch.token[i] = token
@@ -126,7 +128,7 @@ class LlamaBackend:
             seed=seed,
             # llama.cpp repacks most weights for the CPU's SIMD (anonymous
             # memory); from a mapped file the pages it read them from would stay
-            # resident too (+187 MB for the 0.5B, benches/memory.py)
+            # resident too (+187 MB for the 0.5B, benches/serving/memory.py)
             use_mmap=False,
             vocab_only=vocab_only,
             verbose=False,
@@ -159,7 +161,9 @@ class LlamaBackend:
         params.kv_unified = True
         renew_context(self._llama)
         self._tap = tap  # the callback must outlive the context
-        self.engine = BatchEngine(LlamaDecoder(self._llama, tap, n_seq), n_seq=n_seq, n_batch=N_BATCH)
+        self.engine = BatchEngine(
+            LlamaDecoder(self._llama, tap, n_seq), n_seq=n_seq, n_batch=N_BATCH
+        )
 
     @property
     def model_id(self) -> str:
@@ -181,7 +185,10 @@ class LlamaBackend:
         """The token each of `words` starts with (a refusal's first words)."""
         return tuple(
             sorted(
-                {int(self._llama.tokenize(w.encode(), add_bos=False, special=False)[0]) for w in words}
+                {
+                    int(self._llama.tokenize(w.encode(), add_bos=False, special=False)[0])
+                    for w in words
+                }
             )
         )
 

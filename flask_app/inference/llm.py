@@ -22,15 +22,16 @@ import numpy.typing as npt
 
 from flask_app.errors import Kind, ServiceError
 from flask_app.inference.engine import (
-    BatchEngine,
     Branch,
     BranchRun,
     ContextFull,
+    Engine,
     EngineError,
     Finish,
     Job,
     Request,
 )
+from flask_app.inference.sampler import DEFAULT as DEFAULT_SAMPLING
 from flask_app.inference.sampler import FirstStep, Sampling
 from flask_app.malloc_tuning import release_free_memory
 
@@ -108,8 +109,13 @@ class Backend(Protocol):
     @property
     def n_ctx(self) -> int: ...
 
-    engine: BatchEngine | None
-    replica_count: int  # model copies behind the engine (1 but on a cluster)
+    @property
+    def engine(self) -> Engine | None: ...
+
+    @property
+    def replica_count(self) -> int:
+        """Model copies behind the engine (1 but on a cluster)."""
+        ...
 
     def tokens(self, text: str) -> list[int]: ...
 
@@ -127,7 +133,7 @@ class Ask:
     each pauses for a choice, and what is read from the model on the way."""
 
     max_tokens: int = 256
-    sampling: Sampling = Sampling()
+    sampling: Sampling = DEFAULT_SAMPLING
     # branches added later with `Generation.spawn` (sequences kept for them)
     spare: int = 0
     pause_at: int | None = None  # each branch waits here for `Generation.stream`
@@ -362,7 +368,7 @@ class LLM:
         if backend.engine is None:
             raise ValueError("this backend cannot generate (it was loaded vocab-only)")
         self.backend = backend
-        self.engine: BatchEngine = backend.engine
+        self.engine: Engine = backend.engine
         self.preset = preset  # the named model served (None: a --model file)
         self.max_waiters = max_waiters
         self.timeout = timeout
@@ -419,7 +425,9 @@ class LLM:
             spare=ask.spare,
         )
         if request.seqs > self.engine.n_seq:
-            raise ValueError(f"{request.seqs} branches; the model decodes at most {self.engine.n_seq}")
+            raise ValueError(
+                f"{request.seqs} branches; the model decodes at most {self.engine.n_seq}"
+            )
         engine = self.engine
         if engine.waiting >= self.max_waiters and engine.busy_seqs + request.seqs > engine.n_seq:
             raise LLMOverloaded(
@@ -453,14 +461,16 @@ class LLM:
         if self.observer is not None:
             first = generation.first_delta
             ttft = None if first is None else first - generation.started
-            self.observer(generation.prompt_tokens, generation.waited, ttft, generation.deltas, held)
+            self.observer(
+                generation.prompt_tokens, generation.waited, ttft, generation.deltas, held
+            )
 
     def stream(
         self,
         messages: Sequence[ChatMessage],
         *,
         max_tokens: int = 256,
-        sampling: Sampling = Sampling(),
+        sampling: Sampling = DEFAULT_SAMPLING,
         timeout: float | None = None,
         abandoned: Callable[[], bool] | None = None,
     ) -> TokenStream:
@@ -473,12 +483,13 @@ class LLM:
         messages: Sequence[ChatMessage],
         *,
         max_tokens: int = 256,
-        sampling: Sampling = Sampling(),
+        sampling: Sampling = DEFAULT_SAMPLING,
         timeout: float | None = None,
     ) -> str:
-        with self.stream(messages, max_tokens=max_tokens, sampling=sampling, timeout=timeout) as tokens:
+        with self.stream(
+            messages, max_tokens=max_tokens, sampling=sampling, timeout=timeout
+        ) as tokens:
             return "".join(tokens)
 
     def close(self) -> None:
         self.engine.stop()
-

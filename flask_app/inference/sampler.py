@@ -34,6 +34,9 @@ class Sampling:
         return self.temperature <= 0.0
 
 
+DEFAULT = Sampling()
+
+
 def penalised(logits: Logits, sampling: Sampling, drawn: Counter[int]) -> Logits:
     """`logits` less the presence and frequency penalties of the tokens drawn so far."""
     if not drawn or (sampling.presence_penalty == 0 and sampling.frequency_penalty == 0):
@@ -45,9 +48,7 @@ def penalised(logits: Logits, sampling: Sampling, drawn: Counter[int]) -> Logits
     return out
 
 
-def draw(
-    logits: Logits, sampling: Sampling, rng: np.random.Generator, drawn: Counter[int]
-) -> int:
+def draw(logits: Logits, sampling: Sampling, rng: np.random.Generator, drawn: Counter[int]) -> int:
     """The next token from `logits` (one row over the vocabulary)."""
     row = penalised(logits, sampling, drawn)
     if sampling.greedy:

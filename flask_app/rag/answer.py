@@ -35,6 +35,7 @@ from flask_app.inference.llm import LLM, Ask, Candidate, Generation, Sampling
 from flask_app.rag import evidence, prompts, retrieval
 from flask_app.rag.pipeline import LLMNotConfigured, Prompt, Question, build_prompt, clean_stream
 from flask_app.rag.verifier import Scored, Verifier
+from flask_app.store import Hit
 
 GREEDY = Sampling(temperature=0.0)
 
@@ -66,7 +67,7 @@ class AnswerConfig:
 
 @dataclass(frozen=True)
 class Grounding:
-    sources: list[retrieval.Hit]  # the passages whose evidence is in the prompt, best first
+    sources: list[Hit]  # the passages whose evidence is in the prompt, best first
     pieces: list[evidence.Evidence]  # the evidence; `passage` indexes `sources`
     best: evidence.Evidence | None
     evidence_score: float
@@ -290,7 +291,11 @@ class AnswerStream:
         scored = verify(verifier, candidates, self._answerability)
         checking = time.monotonic() - clock
         first = next((s for s in scored if s.index == 0), None)
-        sure = verifier.accept is not None and first is not None and first.probability >= verifier.accept
+        sure = (
+            verifier.accept is not None
+            and first is not None
+            and first.probability >= verifier.accept
+        )
         if verifier.samples and not sure:
             sampling = replace(
                 self._question.sampling,
@@ -387,7 +392,5 @@ def open_answer(
             layers=verifier.layers(),
             refusal_starts=question.form.refusal_starts,
         )
-    generation = llm.generate(
-        grounding.prompt.messages, ask, timeout=timeout, abandoned=abandoned
-    )
+    generation = llm.generate(grounding.prompt.messages, ask, timeout=timeout, abandoned=abandoned)
     return AnswerStream(generation, grounding, question, config, verifier)

@@ -45,7 +45,6 @@ class Scoring:
     meaning: float = 0.5
 
 
-
 # Cosine of the question and each text by the embedding model, or None when
 # it cannot be measured (vectors of an unknown model).
 Closeness = Callable[[Sequence[str]], "list[float] | None"]

@@ -5,7 +5,7 @@ to the encoder; no LLM is loaded here, so always), alternating, twice each;
 then the time from upload to `ready` for a ~1 MB Markdown file and a 50-page
 PDF with the default.
 
-    .venv/bin/python benches/ingest.py
+    .venv/bin/python benches/serving/ingest.py
 
 Text comes from the interpreter's own documentation (`pydoc_data.topics`),
 so the files read like real reference text. Results: benches/results/ingest.json.

@@ -9,7 +9,7 @@
    included when its preset asks the judge).
 Steps 1-3 run with the gates off so that every question reaches the model.
 
-    .venv/bin/python benches/answer_latency.py [--llm NAME] [--repeats 5] [--json out.json]
+    .venv/bin/python benches/serving/answer_latency.py [--llm NAME] [--repeats 5] [--json out.json]
 
 With `--clients`, instead: N clients at once, as served, released
 together, streaming the same 8 questions between them (each client its
@@ -17,7 +17,8 @@ share, one after another), per round; answers per minute and time to first
 token p50 / p95 (from each request), on the README tour's two notes and on
 the `own` set's documents.
 
-    .venv/bin/python benches/answer_latency.py --clients 1 2 4 8 [--rounds 3] [--json out.json]
+    .venv/bin/python benches/serving/answer_latency.py --clients 1 2 4 8 [--rounds 3] \
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import numpy as np
 import requests
 import sseclient
 
-from benches.tour import TOUR, TOUR_QUESTIONS
+from benches.serving.tour import TOUR, TOUR_QUESTIONS
 from flask_app import rag
 from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
@@ -49,7 +50,7 @@ from flask_app.services import load_services
 from flask_app.settings import Settings
 from tests.http_client import serve_in_thread
 
-HERE = Path(__file__).parent / "eval"
+HERE = Path(__file__).parent.parent / "quality" / "eval"
 QUESTIONS = [
     "When did the Harlow Bridge open to traffic?",
     "How high is Mount Ketra?",

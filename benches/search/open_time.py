@@ -1,7 +1,7 @@
 """Time to open a persistent simcore index (mmap + id table), and to reopen a
 store collection, with N x d vectors on disk.
 
-    .venv/bin/python benches/open_time.py [--n 1000000] [--dim 384]
+    .venv/bin/python benches/search/open_time.py [--n 1000000] [--dim 384]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where the server's resident memory goes, stage by stage, with its default
 models (or `--llm NAME`), through the README tour.
 
-    .venv/bin/python benches/memory.py [--llm qwen2.5-coder-0.5b] [--json out.json]
+    .venv/bin/python benches/serving/memory.py [--llm qwen2.5-coder-0.5b] [--json out.json]
 
 Then, as the acceptance measure, a real `edgerag serve` runs the same tour
 over HTTP and its resident memory is read the same way after the answers.
@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benches.tour import TOUR
+from benches.serving.tour import TOUR
 
 MB = 1 << 20
 

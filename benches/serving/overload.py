@@ -2,7 +2,7 @@
 models. Each must get its answer (served in arrival order) or an immediate 503
 with Retry-After; the server must stay up with bounded memory.
 
-    .venv/bin/python benches/overload.py [--clients 50]
+    .venv/bin/python benches/serving/overload.py [--clients 50]
 
 Results: benches/results/overload.json (FIFO order itself is tested in tests/test_llm_queue.py).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from benches.load_probe import sample, summary_ms
+from benches.serving.load_probe import sample, summary_ms
 from tests.http_client import start_server
 
 DOCS = [

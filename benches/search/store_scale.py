@@ -10,7 +10,7 @@ server and clients spent per upload (what the cores alone would allow), and
 the MB/s the disk takes durably (written and fdatasync'd) over the bytes
 simcore stores per vector.
 
-    .venv/bin/python benches/store_scale.py [--n 1000000] [--dim 384] [--clients 2]
+    .venv/bin/python benches/search/store_scale.py [--n 1000000] [--dim 384] [--clients 2]
         [--formats json npy] [--json results.json]
 
 Request bodies are serialised before the clock starts (orjson float32 values;

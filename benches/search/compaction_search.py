@@ -3,7 +3,7 @@ reach the live ones compacts the index, and a reader thread searches the
 whole time. Baseline in the same run: the same compaction holding the
 collection's read/write lock throughout, as compaction used to.
 
-    .venv/bin/python benches/compaction_search.py [--n 200000] [--dim 384] [--rounds 3]
+    .venv/bin/python benches/search/compaction_search.py [--n 200000] [--dim 384] [--rounds 3]
 
 Writes benches/results/compaction_search.json.
 """

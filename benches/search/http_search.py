@@ -1,6 +1,6 @@
 """`POST /search` over HTTP against the engine underneath it, same data, same run.
 
-    .venv/bin/python benches/http_search.py [--sizes 200000 1000000] [--dim 384]
+    .venv/bin/python benches/search/http_search.py [--sizes 200000 1000000] [--dim 384]
         [--queries 200] [--kinds f32 int8 binary] [--json benches/results/http_search.json]
 
 For each size: the moorcheh-edge store is filled in-process (random unit

@@ -1,7 +1,7 @@
 """Scan times of two simcore builds in the same run, alternating, so a change to
 the kernels or their dispatch can be shown not to slow the host down.
 
-    .venv/bin/python benches/kernel_ab.py BEFORE.so AFTER.so [--rows 200000] [--rounds 5]
+    .venv/bin/python benches/search/kernel_ab.py BEFORE.so AFTER.so [--rows 200000] [--rounds 5]
 
 Each round runs each build in its own process (the extension's module name is
 fixed, so two builds cannot share one interpreter) over the same seeded rows

@@ -1,11 +1,11 @@
 """Sign-bit (binary) codes with exact rescoring against exact f32, int8 and
 FAISS `IndexBinaryFlat`, on embeddings of real text, in one run.
 
-    .venv/bin/python benches/binary_codes.py [--sizes 1000000] [--queries 200]
+    .venv/bin/python benches/search/binary_codes.py [--sizes 1000000] [--queries 200]
         [--oversample 10 20 40 100] [--json benches/results/binary_codes.json]
 
 The vectors: MiniLM embeddings of 52,000 real paragraphs from documents on this
-machine (`benches/real_passages.py`); 200 of them, spread over the sources,
+machine (`benches/search/real_passages.py`); 200 of them, spread over the sources,
 are the queries and never indexed. To reach N rows the other 51,800 are
 repeated, each copy with Gaussian noise (sigma 0.01 per dimension, about
 cos 0.98 to its original) and normalised again, so near-duplicates compete
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benches.real_passages import vectors as real_vectors
+from benches.search.real_passages import vectors as real_vectors
 from flask_app import simcore
 from flask_app.inference.llama_runtime import available_cores
 

@@ -2,7 +2,7 @@
 (and numpy), in one run: a C-contiguous float32 array is scanned in place
 (no copy), split across the cores like the index's scan.
 
-    .venv/bin/python benches/topk_array.py [--n 1000000] [--dim 384] [--repeats 7]
+    .venv/bin/python benches/search/topk_array.py [--n 1000000] [--dim 384] [--repeats 7]
 
 Results: benches/results/topk_array.json.
 """

@@ -1,7 +1,7 @@
 """simcore against its baselines, same data, same run (pytest-benchmark).
 
-    ./scripts/bench.sh            # all sizes, then benches/report_simcore.py
-    .venv/bin/python -m pytest benches/test_simcore_bench.py -k "10000"   # a subset
+    ./scripts/bench.sh            # all sizes, then benches/search/report_simcore.py
+    .venv/bin/python -m pytest benches/search/test_simcore_bench.py -k "10000"   # a subset
 
 Engines: simcore exact f32, simcore int8 scan + exact rescoring, numpy
 (`X @ q` + argpartition, numpy's default BLAS threads), faiss-cpu IndexFlatIP,

@@ -8,7 +8,7 @@ calls, then `--calls` in-process WSGI calls of `POST /search` while
 full collection walks, the time of one, the pauses per generation, and the
 calls' p50 / p99 / p99.9 / max.
 
-    .venv/bin/python benches/gc_pauses.py [--calls 20000] [--models]
+    .venv/bin/python benches/serving/gc_pauses.py [--calls 20000] [--models]
         [--json benches/results/gc_pauses.json]
 """
 
@@ -35,7 +35,7 @@ SETTINGS = ("as before", "start-up objects frozen")
 
 def measure(setting: str, calls: int, models: bool) -> dict[str, Any]:
     """One setting, in this process."""
-    from benches.request_path import edgerag_app, fill, search_call
+    from benches.search.request_path import edgerag_app, fill, search_call
     from flask_app.gc_tuning import freeze_startup_objects
 
     logging.basicConfig(level="INFO", stream=open(os.devnull, "w"), force=True)  # noqa: SIM115

@@ -19,10 +19,10 @@ paragraph cut at sentence ends; never trimmed around an answer):
   perl-modules as Locale/Maketext/TPJ13.pod), rendered by `pod2text`:
   narrative, explanatory prose.
 
-    .venv/bin/python benches/eval/build_sets.py
+    .venv/bin/python benches/quality/eval/build_sets.py
 
-writes benches/eval/<set>/documents.json. The questions of each set
-(benches/eval/<set>/questions.json) were written by reading these passages;
+writes benches/quality/eval/<set>/documents.json. The questions of each set
+(benches/quality/eval/<set>/questions.json) were written by reading these passages;
 each carries its split ("dev" or "test"), fixed before any tuning.
 """
 
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benches.eval_sets import chunk, chunk_lines
+from benches.quality.eval_sets import chunk, chunk_lines
 
 HERE = Path(__file__).parent
 TPJ13 = Path("/usr/share/perl/5.36.0/Locale/Maketext/TPJ13.pod")

@@ -14,7 +14,7 @@ measured in turn by one keep-alive `http.client` client:
   and the last on granian's WSGI interface instead of waitress (granian is
   not one of edgerag's dependencies: `pip install granian==2.8.7` first).
 
-    .venv/bin/python benches/request_path.py [--rounds 5] [--requests 300]
+    .venv/bin/python benches/search/request_path.py [--rounds 5] [--requests 300]
         [--servers bare hooks edgerag edgerag-lookahead bare-granian edgerag-granian]
         [--json benches/results/request_path.json]
 

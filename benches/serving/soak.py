@@ -8,7 +8,7 @@ file descriptors and threads do not grow after the warm-up. (llama.cpp's
 OpenMP keeps one helper team per HTTP thread that has called a model, so the
 thread count rises during the warm-up until every HTTP thread has done so.)
 
-    .venv/bin/python benches/soak.py [--duration 600] [--warmup 60]
+    .venv/bin/python benches/serving/soak.py [--duration 600] [--warmup 60]
 
 Results: benches/results/soak.json.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import requests
 
-from benches.load_probe import ProcessSample, sample, summary_ms
+from benches.serving.load_probe import ProcessSample, sample, summary_ms
 from tests.http_client import start_server
 
 TOPICS = ["bridge", "museum", "library", "harbour", "station", "garden", "tower", "market"]

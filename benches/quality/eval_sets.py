@@ -13,7 +13,7 @@ A set is a directory with two files:
   fact (null: the documents do not give it, the answer must decline); a
   question without a split is a test question (a held-out set is never tuned on).
 
-The project's sets are under `benches/eval/<name>/`; any other directory
+The project's sets are under `benches/quality/eval/<name>/`; any other directory
 holding the two files is run by its path.
 """
 
@@ -130,7 +130,7 @@ def _read(path: Path, model: type[BaseModel]) -> Any:
 
 
 def load(spec: str) -> EvalSet:
-    """A set by name (`benches/eval/<name>`) or by the path of its directory."""
+    """A set by name (`benches/quality/eval/<name>`) or by the path of its directory."""
     directory = EVAL / spec if "/" not in spec and (EVAL / spec).is_dir() else Path(spec)
     if not directory.is_dir():
         known = ", ".join(

@@ -1,12 +1,12 @@
 """Answer-quality evaluation on every document set, with the real default models.
 
-    .venv/bin/python benches/rag_eval.py                 # all sets, both splits
-    .venv/bin/python benches/rag_eval.py --split dev     # what tuning may look at (no held-out set)
+    .venv/bin/python benches/quality/rag_eval.py                 # all sets, both splits
+    .venv/bin/python benches/quality/rag_eval.py --split dev   # what tuning may see
 
-    .venv/bin/python benches/rag_eval.py --sets /path/to/held-out-set
+    .venv/bin/python benches/quality/rag_eval.py --sets /path/to/held-out-set
 
-Sets (benches/eval/<set>/documents.json + questions.json, see build_sets.py
-and benches/eval_sets.py for the format): `own` (written by the team),
+Sets (benches/quality/eval/<set>/documents.json + questions.json, see build_sets.py
+and benches/quality/eval_sets.py for the format): `own` (written by the team),
 `python-reference` (pdb and str methods from the interpreter's help text),
 `maketext-article` (a Perl Journal article), `gnu-help` (`--help` of ls,
 sort, grep) and `licenses` (GPL 3 and Apache 2.0); any other directory
@@ -55,18 +55,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benches import eval_sets
-from benches.eval_sets import EvalSet
+from benches.quality import eval_sets
+from benches.quality.eval_sets import EvalSet
 from flask_app import rag
 from flask_app.api.engine.answer import NOT_FOUND_ANSWER as ENGINE_NOT_FOUND
-from flask_app.api.http.extensions import answer_config_of
 from flask_app.app import create_app
 from flask_app.inference.llm import Sampling
 from flask_app.inference.presets import PRESETS
 from flask_app.rag.answer import AnswerConfig, Grounding, ground
-from flask_app.rag.verifier import choose_gate
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
 from flask_app.rag.retrieval import StoredCollection
+from flask_app.rag.verifier import choose_gate
 from flask_app.services import Services, load_services
 from flask_app.settings import Settings
 
@@ -343,8 +342,6 @@ def run_set(
         collection = services.store.edge()
         if "engine" in surfaces:  # files are uploaded whole: the server chunks them
             upload_engine(client, app, collection_name(name), evset.documents)
-        with app.app_context():
-            config = answer_config_of(app)
         for item, surface in [(q, s) for q in questions for s in surfaces]:
             if surface == "answer":
                 got = ask(client, item["q"], prompts)
@@ -544,7 +541,8 @@ def main() -> None:
             **dataclasses.asdict(settings.calibration()),
             # the verifier's threshold as served (None: answers went out unverified)
             "verifier_threshold": gate.threshold if verifier is not None else None,
-            "verifier_file_sha256": None if verifier is None or verifier.path is None
+            "verifier_file_sha256": None
+            if verifier is None or verifier.path is None
             else hashlib.sha256(verifier.path.read_bytes()).hexdigest(),
             "samples": None if verifier is None else verifier.samples,
             "answer_min_score": settings.answer_min_score,

@@ -1,7 +1,7 @@
-"""Turn a pytest-benchmark JSON of benches/test_simcore_bench.py into a
+"""Turn a pytest-benchmark JSON of benches/search/test_simcore_bench.py into a
 markdown table, a PNG plot and a target check.
 
-    .venv/bin/python benches/report_simcore.py RESULTS.json [--out benches/results]
+    .venv/bin/python benches/search/report_simcore.py RESULTS.json [--out benches/results]
 """
 
 from __future__ import annotations

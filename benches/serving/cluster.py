@@ -1,6 +1,6 @@
 """Scale-out costs on this machine, each against its baseline in the same run.
 
-    .venv/bin/python benches/cluster.py [--n 1000000] [--dim 384] [--shards 1 2 4]
+    .venv/bin/python benches/serving/cluster.py [--n 1000000] [--dim 384] [--shards 1 2 4]
         [--queries 100] [--answers 8] [--chunks 2000] [--only search answers ingestion]
         [--json benches/results/cluster.json]
 
@@ -32,11 +32,12 @@ from typing import Any
 import numpy as np
 import ray
 
-from benches import eval_sets
+from benches.quality import eval_sets
 from flask_app.cluster.replica import ReplicaBackend, SpreadEmbedder
 from flask_app.cluster.store import ClusterStore
 from flask_app.inference.embed import LlamaEmbedder
-from flask_app.inference.llm import LLM, ChatMessage, LlamaBackend, Sampling
+from flask_app.inference.llama_backend import LlamaBackend
+from flask_app.inference.llm import LLM, ChatMessage, Sampling
 from flask_app.settings import Settings
 from flask_app.store import Store
 from tests.stores import local_cluster
@@ -168,7 +169,7 @@ def answer_rates(answers: int) -> dict[str, Any]:
     del local
     for replicas, threads in ((1, 2), (2, 1)):
         with replicas_on_a_cluster(replicas, threads) as backend:
-            llm = LLM(backend, max_waiters=answers, replicas=replicas)
+            llm = LLM(backend, max_waiters=answers)
             rate = throughput(llm, answers)
         out[f"replicas_{replicas}_x_{threads}_threads"] = round(rate, 3)
         print(f"{replicas} replica(s) × {threads} thread(s): {rate:.3f} answers/s", flush=True)

@@ -3,7 +3,7 @@ top-10 exact searches over a collection of --rows × --dim vectors, first on
 a quiet collection, then while another thread upserts --batches batches of
 --batch new rows (each fsync'd, as served), in-process.
 
-    .venv/bin/python benches/search_during_upload.py [--rows 100000] [--dim 384]
+    .venv/bin/python benches/search/search_during_upload.py [--rows 100000] [--dim 384]
         [--batch 20000] [--batches 8] [--json benches/results/search_during_upload.json]
 
 An upsert holds the collection's write lock only while its batch is

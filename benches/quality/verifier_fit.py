@@ -1,0 +1,316 @@
+"""The verifier: fitted on the train rows, chosen on dev, written as a file per preset.
+
+    .venv/bin/python -m benches.quality.verifier_fit layers --llm qwen2.5-coder-0.5b
+    .venv/bin/python -m benches.quality.verifier_fit frontier --llm qwen2.5-coder-0.5b
+    .venv/bin/python -m benches.quality.verifier_fit build --llm qwen2.5-coder-0.5b
+
+Rows come from `benches.quality.candidates` (CACHE/verifier/<preset>/): per
+question its candidates (the greedy answer first, then the sampled ones),
+each graded right, wrong or a refusal, with the hidden states the server can
+read. A refusal is never chosen, so the probe learns right against wrong on
+the others; an unanswerable question's every answer is wrong.
+
+- `layers`: the AUC, right against wrong on dev, of a probe fitted on train
+  for each state the rows hold (the last token's at each layer, the mean
+  over the answer's tokens, the state after 8 and 16 tokens), by family.
+- `frontier`: served as the server would serve (the greedy answer, then
+  `samples` sampled ones unless the greedy one reaches `accept`; the best
+  that is not a refusal; declined below the threshold), the share of
+  answerable questions answered right, answered wrong, and of unanswerable
+  ones declined, along the threshold, for each number of samples, on dev.
+- `build`: the probe file for the choice in `CHOICES` (fitted on train,
+  its threshold the highest-right point of dev that meets the decline
+  target on every family), with the sha256 of the rows it was fitted on.
+  The same rows give the same file, bit for bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+
+from benches.quality.candidates import LAYERS, MEAN_LAYERS, cache_dir
+from flask_app.inference.presets import PRESETS
+from flask_app.rag.prompts import is_refusal as fixed_refusal
+
+FAMILIES = ("squad", "sets")
+Array = npt.NDArray[np.float64]
+
+
+@dataclass
+class Rows:
+    """Every question of some splits: its row and its states."""
+
+    questions: list[dict[str, Any]]
+    states: dict[str, npt.NDArray[np.float16]]  # key -> (question, candidate, layer, dim)
+    prompt: npt.NDArray[np.float16]  # (question, layer, dim)
+    files: list[Path]
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for path in self.files:
+            h.update(path.read_bytes())
+        return h.hexdigest()
+
+
+def load(llm: str, family: str, split: str, root: Path | None = None) -> Rows:
+    base = (root or cache_dir()) / llm / family / split
+    questions: list[dict[str, Any]] = []
+    states: dict[str, list[npt.NDArray[np.float16]]] = {}
+    prompts = []
+    files: list[Path] = []
+    for where in sorted(p for p in base.glob("*") if (p / "rows.jsonl").is_file()):
+        rows = [json.loads(line) for line in (where / "rows.jsonl").read_text().splitlines()]
+        with np.load(where / "states.npz") as held:
+            for key in held.files:
+                if key != "prompt":
+                    states.setdefault(key, []).append(held[key])
+            prompts.append(held["prompt"])
+        for row in rows:
+            row["group"] = f"{family}/{where.name}"
+        questions += rows
+        files += [where / "rows.jsonl", where / "states.npz"]
+    if not questions:
+        raise SystemExit(f"no rows under {base}: run benches.quality.candidates first")
+    stacked = {k: np.concatenate(v) for k, v in states.items()}
+    return Rows(questions, stacked, np.concatenate(prompts), files)
+
+
+def state_key(reads: str, layer: int, llm: str) -> tuple[str, int]:
+    """Where a state is in the rows: (array key, layer index)."""
+    if reads == "mean":
+        return "mean", MEAN_LAYERS[llm].index(layer)
+    return reads, LAYERS[llm].index(layer)
+
+
+def refusal(text: str) -> bool:
+    """What the server never chooses (rag.answer.choose), and empty answers."""
+    from benches.quality.rag_eval import is_refusal
+
+    return not text.strip() or fixed_refusal(text) or is_refusal(text)
+
+
+def candidate_table(
+    rows: Rows, reads: str, layer: int, llm: str, samples: int | None = None
+) -> tuple[Array, Array, np.ndarray, np.ndarray]:
+    """(states, labels, question index, candidate index) of every candidate
+    that is an answer (not a refusal), among the first 1 + `samples`."""
+    key, at = state_key(reads, layer, llm)
+    held = rows.states[key]
+    xs, ys, qs, cs = [], [], [], []
+    for qi, row in enumerate(rows.questions):
+        for ci, cand in enumerate(row["candidates"]):
+            if samples is not None and ci > samples:
+                break
+            if refusal(cand["text"]):
+                continue
+            xs.append(held[qi, ci, at])
+            ys.append(cand["grade"] == "right")
+            qs.append(qi)
+            cs.append(ci)
+    return (
+        np.asarray(xs, dtype=np.float64),
+        np.asarray(ys, dtype=np.float64),
+        np.asarray(qs),
+        np.asarray(cs),
+    )
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A standardised logistic regression over one state."""
+
+    reads: str
+    layer: int
+    mean: Array
+    scale: Array
+    coef: Array
+    intercept: float
+
+    def logits(self, x: Array) -> Array:
+        return ((x - self.mean) / self.scale) @ self.coef + self.intercept
+
+    def folded(self) -> tuple[list[float], float]:
+        """Weights and bias over the raw state (the standardisation folded in)."""
+        w = self.coef / self.scale
+        return [float(v) for v in w], float(self.intercept - np.dot(w, self.mean))
+
+
+def fit_probe(x: Array, y: Array, reads: str, layer: int, c: float) -> Probe:
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale[scale == 0] = 1.0
+    model = LogisticRegression(C=c, max_iter=2000, tol=1e-6)
+    model.fit((x - mean) / scale, y)
+    return Probe(
+        reads, layer, mean, scale, model.coef_[0].astype(np.float64), float(model.intercept_[0])
+    )
+
+
+def auc(y: Array, score: Array) -> float:
+    return float(roc_auc_score(y, score)) if 0 < y.sum() < len(y) else float("nan")
+
+
+# --- serving, simulated ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    answerable: int
+    right: int
+    wrong: int  # of the answerable ones, answered wrong
+    unanswerable: int
+    declined: int  # of the unanswerable ones
+
+    @property
+    def right_share(self) -> float:
+        return self.right / max(1, self.answerable)
+
+    @property
+    def wrong_share(self) -> float:
+        return self.wrong / max(1, self.answerable)
+
+    @property
+    def declined_share(self) -> float:
+        return self.declined / max(1, self.unanswerable)
+
+
+def choices(
+    rows: Rows, probe: Probe, llm: str, samples: int, accept: float | None
+) -> list[tuple[float | None, str | None]]:
+    """Per question, as served: (the chosen answer's P(right), its grade);
+    (None, None) when every candidate was a refusal."""
+    x, _, qs, cs = candidate_table(rows, probe.reads, probe.layer, llm, samples)
+    p = 1 / (1 + np.exp(-probe.logits(x))) if len(x) else np.zeros(0)
+    by_question: dict[int, list[tuple[int, float]]] = {}
+    for qi, ci, pi in zip(qs, cs, p, strict=True):
+        by_question.setdefault(int(qi), []).append((int(ci), float(pi)))
+    out: list[tuple[float | None, str | None]] = []
+    for qi, row in enumerate(rows.questions):
+        scored = by_question.get(qi, [])
+        greedy = next((pi for ci, pi in scored if ci == 0), None)
+        if accept is not None and greedy is not None and greedy >= accept:
+            scored = [(0, greedy)]
+        if not scored:
+            out.append((None, None))
+            continue
+        ci, pi = max(scored, key=lambda t: (t[1], -t[0]))
+        out.append((pi, row["candidates"][ci]["grade"]))
+    return out
+
+
+def outcome(
+    rows: Rows, chosen: Sequence[tuple[float | None, str | None]], threshold: float
+) -> Outcome:
+    answerable = right = wrong = unanswerable = declined = 0
+    for row, (p, grade) in zip(rows.questions, chosen, strict=True):
+        answered = p is not None and p >= threshold
+        if row["expected"] is None:
+            unanswerable += 1
+            declined += not answered
+        else:
+            answerable += 1
+            right += answered and grade == "right"
+            wrong += answered and grade != "right"
+    return Outcome(answerable, right, wrong, unanswerable, declined)
+
+
+def subset(rows: Rows, keep: Iterable[int]) -> Rows:
+    idx = list(keep)
+    return Rows(
+        [rows.questions[i] for i in idx],
+        {k: v[idx] for k, v in rows.states.items()},
+        rows.prompt[idx],
+        rows.files,
+    )
+
+
+def client_prompted(row: dict[str, Any]) -> bool:
+    return bool(row.get("header_prompt") or row.get("footer_prompt"))
+
+
+# --- commands --------------------------------------------------------------------
+
+
+def train_rows(llm: str) -> Rows:
+    return load(llm, "squad", "train")
+
+
+def dev_rows(llm: str) -> dict[str, Rows]:
+    out = {}
+    for family in FAMILIES:
+        try:
+            out[family] = load(llm, family, "dev")
+        except SystemExit:
+            continue
+    return out
+
+
+def layers_table(llm: str, c: float) -> None:
+    train = train_rows(llm)
+    devs = dev_rows(llm)
+    reads_options = [
+        ("last", LAYERS[llm]),
+        ("at8", LAYERS[llm]),
+        ("at16", LAYERS[llm]),
+        ("mean", MEAN_LAYERS[llm]),
+    ]
+    print(f"{llm}: train {len(train.questions)} questions; C {c}")
+    print("reads  layer  " + "  ".join(f"{family:>8}" for family in devs))
+    for reads, layers in reads_options:
+        if (reads if reads != "mean" else "mean") not in train.states:
+            continue
+        for layer in layers:
+            x, y, _, _ = candidate_table(train, reads, layer, llm)
+            probe = fit_probe(x, y, reads, layer, c)
+            cells = []
+            for rows in devs.values():
+                dx, dy, _, _ = candidate_table(rows, reads, layer, llm)
+                cells.append(f"{auc(dy, probe.logits(dx)):8.3f}")
+            print(f"{reads:5}  {layer:5}  " + "  ".join(cells), flush=True)
+
+
+def frontier(llm: str, reads: str, layer: int, c: float, accept: float | None) -> None:
+    train = train_rows(llm)
+    x, y, _, _ = candidate_table(train, reads, layer, llm)
+    probe = fit_probe(x, y, reads, layer, c)
+    for family, rows in dev_rows(llm).items():
+        print(f"\n{llm} dev {family}: {len(rows.questions)} questions ({reads} {layer}, C {c})")
+        for samples in (0, 1, 2, 3, 5):
+            chosen = choices(rows, probe, llm, samples, accept)
+            line = [f"K={samples}:"]
+            for t in (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
+                o = outcome(rows, chosen, t)
+                line.append(
+                    f"t{t:.1f} {o.right_share:4.0%}/{o.wrong_share:3.0%}/{o.declined_share:4.0%}"
+                )
+            print("  ".join(line))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["layers", "frontier"])
+    parser.add_argument("--llm", choices=list(PRESETS), required=True)
+    parser.add_argument("--reads", default="last")
+    parser.add_argument("--layer", type=int, default=14)
+    parser.add_argument("--c", type=float, default=0.01)
+    parser.add_argument("--accept", type=float, default=None)
+    args = parser.parse_args()
+    if args.command == "layers":
+        layers_table(args.llm, args.c)
+    else:
+        frontier(args.llm, args.reads, args.layer, args.c, args.accept)
+
+
+if __name__ == "__main__":
+    main()
