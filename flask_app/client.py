@@ -61,7 +61,7 @@ class Client:
         self.close()
 
     @staticmethod
-    def _raise_for(response: requests.Response) -> None:
+    def raise_for(response: requests.Response) -> None:
         if response.status_code < 400:
             return
         try:
@@ -69,6 +69,9 @@ class Client:
         except ValueError:
             body = None
         message = body.get("message") if isinstance(body, dict) else None
+        error = body.get("error") if isinstance(body, dict) else None
+        if message is None and isinstance(error, dict):  # the collections API's envelope
+            message = error.get("message")
         raise EdgeragError(message or response.text or response.reason, response.status_code, body)
 
     def request(
@@ -82,7 +85,7 @@ class Client:
         response = self.session.request(
             method, self.base_url + path, json=json, params=params, timeout=timeout or self.timeout
         )
-        self._raise_for(response)
+        self.raise_for(response)
         try:
             body = response.json()
         except ValueError:
@@ -172,7 +175,7 @@ class Client:
             response = self.session.post(
                 self.base_url + "/upload", files=parts, timeout=self.timeout
             )
-            self._raise_for(response)
+            self.raise_for(response)
             result = response.json()
             if progress is not None:
                 progress(stop - start)
@@ -318,7 +321,7 @@ class Client:
             headers={"Accept": "text/event-stream"},
         )
         with response:
-            self._raise_for(response)
+            self.raise_for(response)
             chunks = response.iter_content(chunk_size=None)
             for event in sseclient.SSEClient(chunks).events():
                 data = json.loads(event.data)

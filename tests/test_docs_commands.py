@@ -33,7 +33,7 @@ PAGES = [
 ]
 BLOCK = re.compile(r"^```([^\n]*)\n(.*?)^```", re.S | re.M)
 CLIENT_COMMAND = re.compile(
-    r"(\bcurl\s|\$E\s|edgerag\s+(upload|search|answer|status|export|delete|clear-store)\b)"
+    r"(\bcurl\s|\$E\s|edgerag\s+(upload|search|answer|status|export|delete|clear-store|add|ask)\b)"
 )
 PRELUDE = """set -euo pipefail
 curl() { command curl --fail-with-body --max-time 180 "$@"; echo; }
@@ -87,6 +87,7 @@ def test_the_documented_commands_run(page: str, server: str, tmp_path: Path) -> 
     script = PRELUDE + "\n".join(runnable_blocks(page))
     script = re.sub(r"(http://)?(localhost|127\.0\.0\.1):8080", host, script)
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")  # the tour's `.venv/bin/edgerag`
+    (tmp_path / "docs").symlink_to(ROOT / "docs")  # the example folder `edgerag add` reads
     env = {**os.environ, "EDGERAG_BASE_URL": server}
     result = subprocess.run(
         ["bash", "-c", script],

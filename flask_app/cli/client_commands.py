@@ -1,6 +1,8 @@
 """`edgerag` verbs that talk to a running server (moorcheh-edge CLI compatible):
 status, upload-documents, upload-vectors (alias upload; JSON, or a .npy sent
-as binary), search, delete, clear-store, export.
+as binary), search, delete, clear-store, export; and over the collections
+API, add (files and folders into a collection) and ask (`cli/add.py`,
+`cli/ask.py`).
 
 Output is the server's JSON (indent 2). On an API error the error body is
 printed, then `Error (<status>): <message>` on stderr, exit code 1.
@@ -41,6 +43,10 @@ def _base(parser: argparse.ArgumentParser) -> None:
 
 
 def add_commands(sub: Any) -> None:
+    from flask_app.cli import add, ask
+
+    add.add_parser(sub, _base)
+    ask.add_parser(sub, _base)
     p = sub.add_parser("status", help="print GET /health")
     _base(p)
     p = sub.add_parser("upload-documents", help="upload texts; the server embeds them")
@@ -306,6 +312,10 @@ def run(args: argparse.Namespace) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.command in ("add", "ask"):
+        from flask_app.cli import add, ask
+
+        return add.run(args) if args.command == "add" else ask.run(args)
     try:
         result = run(args)
     except EdgeragError as exc:
@@ -322,6 +332,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
+    "add",
+    "ask",
     "status",
     "upload-documents",
     "upload-vectors",

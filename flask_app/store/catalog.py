@@ -15,6 +15,7 @@ ingested twice at once and none is left behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import threading
@@ -138,13 +139,16 @@ def _catalog_1(db: sqlite3.Connection) -> None:
 
 # Version 1 is the metadata index (catalogs got it before migrations were
 # numbered); 2 creates any table an older catalog lacks; 3 adds ingestion
-# claims' lease column (catalogs of the last unnumbered release have it).
+# claims' lease column (catalogs of the last unnumbered release have it);
+# 4 the sha256 of each file's uploaded bytes (NULL for files stored before:
+# their bytes are gone once ingested).
 CATALOG_SCHEMA = sqlite_db.Schema(
     "catalog",
     (
         _catalog_1,
         sqlite_db.script(_SCHEMA),
         sqlite_db.add_columns("files", {"lease_until": "REAL NOT NULL DEFAULT 0"}),
+        sqlite_db.add_columns("files", {"sha256": "TEXT"}),
     ),
 )
 
@@ -203,6 +207,7 @@ class FileRecord:
     chunks_total: int
     created_at: float
     char_count: int | None
+    sha256: str | None = None  # of the uploaded bytes (None: stored before it was kept)
 
 
 class NotEmpty(Exception):
@@ -211,7 +216,7 @@ class NotEmpty(Exception):
 
 _FILE_COLUMNS = (
     "file_id, namespace, collection, path, content_type, size_bytes, metadata, principals, "
-    "status, error, chunks_done, chunks_total, created_at, length(text)"
+    "status, error, chunks_done, chunks_total, created_at, length(text), sha256"
 )
 
 
@@ -231,6 +236,7 @@ def _file(row: Sequence[Any]) -> FileRecord:
         chunks_total=row[11],
         created_at=row[12],
         char_count=row[13],
+        sha256=row[14],
     )
 
 
@@ -417,8 +423,8 @@ class Catalog:
                 db.execute("DELETE FROM files WHERE file_id = ?", (old[0],))
             db.execute(
                 "INSERT INTO files (file_id, namespace, collection, path, content_type, "
-                "size_bytes, metadata, principals, status, data, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "size_bytes, metadata, principals, status, data, created_at, updated_at, "
+                "sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     file_id,
                     namespace,
@@ -432,6 +438,7 @@ class Catalog:
                     data,
                     now,
                     now,
+                    hashlib.sha256(data).hexdigest(),
                 ),
             )
         record = self.file(file_id)

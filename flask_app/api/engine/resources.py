@@ -104,6 +104,8 @@ def file_json(record: FileRecord) -> dict[str, Any]:
         "principals": record.principals,
         "status": record.status,
         "created_at": rfc3339(record.created_at),
+        "sha256": record.sha256,
+        "chunk_count": record.chunks_total,
     }
     if record.status == "processing":
         out["progress"] = {"chunks_done": record.chunks_done, "chunks_total": record.chunks_total}

@@ -165,6 +165,10 @@ class File(BaseModel):
     principals: list[str]
     status: Literal["processing", "ready", "failed"]
     created_at: str
+    # edgerag's: sha256 of the uploaded bytes (null for files stored before it
+    # was kept), what `edgerag add` compares to skip unchanged files
+    sha256: str | None = None
+    chunk_count: int = 0  # edgerag's: chunks indexed (known once ready)
     progress: Progress | None = None
     error: FileError | None = None
 
