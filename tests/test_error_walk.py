@@ -33,7 +33,7 @@ from flask_app.cluster.records import RecordsUnavailable
 from flask_app.cluster.store import ClusterUnusable
 from flask_app.errors import ServiceError
 from flask_app.inference.embed import EmbedderBusy, EmbeddingError, TextTooLong
-from flask_app.inference.llm import (
+from flask_app.inference.errors import (
     LLMCancelled,
     LLMError,
     LLMFailed,

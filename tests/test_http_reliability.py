@@ -345,7 +345,7 @@ def test_threads_are_a_shared_budget_not_all_cores_each(tmp_path: Path) -> None:
 
 def test_a_blocked_thread_does_not_hang_the_waiter_lock() -> None:
     # a waiter for the model polls its client, never waits unbounded
-    from flask_app.inference.llm import LLMCancelled
+    from flask_app.inference.errors import LLMCancelled
 
     llm = LLM(ScriptedBackend("x", n_seq=1), max_waiters=4)
     held = llm.stream([{"role": "user", "content": "hold"}])

@@ -9,8 +9,9 @@ import time
 import pytest
 
 from flask_app.inference.engine import BatchEngine, Finish
+from flask_app.inference.errors import LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
 from flask_app.inference.fakes import ScriptedBackend
-from flask_app.inference.llm import LLM, Ask, LLMCancelled, LLMFailed, LLMOverloaded, LLMTimeout
+from flask_app.inference.llm import LLM, Ask
 from flask_app.inference.sampler import Sampling
 
 
@@ -245,8 +246,7 @@ def test_greedy_answers_are_the_same_alone_and_beside_others() -> None:
     llm = LLM(backend)
     alone = [llm.chat([{"role": "user", "content": f"q{i}"}], sampling=GREEDY) for i in range(3)]
     streams = [
-        llm.stream([{"role": "user", "content": f"q{i}"}], sampling=GREEDY)
-        for i in range(3)
+        llm.stream([{"role": "user", "content": f"q{i}"}], sampling=GREEDY) for i in range(3)
     ]
     together = ["".join(s) for s in streams]
     assert together == alone

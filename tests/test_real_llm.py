@@ -9,8 +9,9 @@ import time
 import pytest
 
 from flask_app.inference.engine import BatchEngine, Finish
+from flask_app.inference.errors import LLMOverloaded
 from flask_app.inference.llama_backend import LlamaBackend
-from flask_app.inference.llm import LLM, Ask, ChatMessage, LLMOverloaded, Sampling
+from flask_app.inference.llm import LLM, Ask, ChatMessage, Sampling
 from flask_app.settings import Settings
 
 

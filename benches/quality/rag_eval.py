@@ -55,7 +55,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benches.quality import eval_sets
+from benches.quality import eval_sets, squad
 from benches.quality.eval_sets import EvalSet
 from flask_app import rag
 from flask_app.api.engine.answer import NOT_FOUND_ANSWER as ENGINE_NOT_FOUND
@@ -266,10 +266,21 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 [r for r in answered if r["expected"] is not None], "span_holds_fact"
             ),
         }
+    for r in answerable:
+        r.setdefault("wrong", bool(r["found"]) and not r["correct"])
+    squad = [r for r in answerable if "squad_f1" in r]
+    metrics = {}
+    if squad:
+        metrics = {
+            "squad_exact_match": round(statistics.mean(r["squad_em"] for r in squad), 3),
+            "squad_f1": round(statistics.mean(r["squad_f1"] for r in squad), 3),
+        }
     return {
         **citing,
+        **metrics,
         "answerable": len(answerable),
         "accuracy": rate(answerable, "correct"),
+        "wrong": rate(answerable, "wrong"),
         "accuracy_95ci": interval(answerable, "correct"),
         "recall_at_k": rate(answerable, "recalled"),
         "unanswerable": len(unanswerable),
@@ -327,8 +338,10 @@ def run_set(
     surfaces: list[str],
     extract: bool,
     prompts: dict[str, str] | None = None,
+    family: str = "sets",
 ) -> list[dict[str, Any]]:
-    """Each question of `splits` asked on each surface."""
+    """Each question of `splits` asked on each surface (`family`: "squad"
+    rows also carry SQuAD's exact match and F1 against the gold answers)."""
     name = evset.name
     items = evset.passages()
     questions = [q for q in evset.questions if q["split"] in splits][:limit]
@@ -377,7 +390,11 @@ def run_set(
                 "ttft_s": got["ttft_s"],
                 "total_s": got["total_s"],
                 "found": not refused,
+                "family": family,
             }
+            if family == "squad" and expected is not None:
+                em, f1 = squad.squad_scores("" if refused else got["answer"], expected)
+                row["squad_em"], row["squad_f1"] = em, round(f1, 4)
             if surface == "engine":
                 row["citations"] = got["markers"] > 0
                 row["span_holds_fact"] = expected is not None and any(
@@ -399,31 +416,43 @@ def tabulate(
     tables: dict[str, Any] = {}
     for llm in dict.fromkeys(r["llm"] for r in rows):
         table: dict[str, Any] = {}
+        families = sorted({r.get("family", "sets") for r in rows})
+        groups = [*sets, *(f"{family}-overall" for family in families), "overall"]
         for surface in surfaces:
-            for name in [*sets, "overall"]:
+            for name in groups:
                 for split in sorted(splits):
                     part = [
                         r
                         for r in rows
                         if r["llm"] == llm
                         and r["surface"] == surface
-                        and (name == "overall" or r["set"] == name)
+                        and (
+                            name == "overall"
+                            or r["set"] == name
+                            or name == f"{r.get('family', 'sets')}-overall"
+                        )
                         and r["split"] == split
                     ]
                     key = f"{name}/{split}" if surface == "answer" else f"{surface}:{name}/{split}"
                     table[key] = score(part)
-        tables[llm] = table
+        tables[llm] = {k: v for k, v in table.items() if v["answerable"] or v["unanswerable"]}
     return tables
 
 
-def side_by_side(tables: dict[str, Any], surface: str = "answer") -> str:
-    """A Markdown table of one surface: a row per set and split, the models side by side."""
+def side_by_side(
+    tables: dict[str, Any], surface: str = "answer", skip: frozenset[str] = frozenset()
+) -> str:
+    """A Markdown table of one surface: a row per set (but those in `skip`:
+    SQuAD's articles, shown by their family's overall) and split, the models
+    side by side."""
     llms = list(tables)
     prefix = "" if surface == "answer" else f"{surface}:"
     keys = [
         k[len(prefix) :]
         for k in tables[llms[0]]
-        if k.startswith(prefix) and ":" not in k[len(prefix) :]
+        if k.startswith(prefix)
+        and ":" not in k[len(prefix) :]
+        and k[len(prefix) :].rsplit("/", 1)[0] not in skip
     ]
 
     def pct(value: float | None) -> str:
@@ -433,15 +462,16 @@ def side_by_side(tables: dict[str, Any], surface: str = "answer") -> str:
         return "–" if value is None else f"{value:.2f} s"
 
     head = "| set/split | " + " | ".join(
-        f"{llm}: correct | refusals | recall@k | TTFT | total" for llm in llms
+        f"{llm}: right | wrong | declined | recall@k | TTFT | total" for llm in llms
     )
-    lines = [head + " |", "|---|" + "---|" * (5 * len(llms))]
+    lines = [head + " |", "|---|" + "---|" * (6 * len(llms))]
     for key in keys:
         cells = []
         for llm in llms:
             r = tables[llm][prefix + key]
             cells += [
                 pct(r["accuracy"]),
+                pct(r.get("wrong")),
                 pct(r["correct_refusals"]),
                 pct(r["recall_at_k"]),
                 secs(r["ttft_median_s"]),
@@ -461,6 +491,14 @@ def main() -> None:
         f"(default: all; with --split dev, those tuning may look at: {', '.join(eval_sets.TUNED)})",
     )
     parser.add_argument("--split", choices=["dev", "test", "all"], default="all")
+    parser.add_argument(
+        "--squad",
+        action="store_true",
+        help="also SQuAD's articles of --split (dev or test; benches/quality/squad.py build)",
+    )
+    parser.add_argument(
+        "--squad-only", action="store_true", help="SQuAD's articles of --split, no other set"
+    )
     parser.add_argument(
         "--llms",
         nargs="+",
@@ -503,16 +541,24 @@ def main() -> None:
         rows = report["answers"]
         sets, surfaces = ([*dict.fromkeys(r[key] for r in rows)] for key in ("set", "surface"))
         report["results"] = tabulate(rows, sets, surfaces, {r["split"] for r in rows})
-        print(side_by_side(report["results"]))
+        hidden = frozenset(r["set"] for r in rows if r.get("family") == "squad")
+        print(side_by_side(report["results"], skip=hidden))
         args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
         return
     splits = {"dev", "test"} if args.split == "all" else {args.split}
-    specs = set_specs(args.sets, args.split)
+    specs = [] if args.squad_only else set_specs(args.sets, args.split)
+    articles: list[str] = []
+    if args.squad or args.squad_only:
+        if args.split == "all":
+            parser.error("--squad needs --split dev or --split test")
+        articles = [str(p) for p in squad.set_dirs(squad.default_dir(), args.split)]
+        specs += articles
     try:
         chosen = [eval_sets.load(spec) for spec in specs]
     except eval_sets.SetError as exc:
         parser.error(str(exc))
     names = [s.name for s in chosen]
+    squad_names = frozenset(names[len(names) - len(articles) :]) if articles else frozenset()
     if len(set(names)) < len(names):
         parser.error(f"two sets share a name: {', '.join(names)}")
     for evset in chosen:
@@ -556,6 +602,7 @@ def main() -> None:
     rows = []
     for llm in args.llms:
         for evset in chosen:
+            family = "squad" if evset.name in squad_names else "sets"
             rows += run_set(
                 evset,
                 llm,
@@ -566,11 +613,12 @@ def main() -> None:
                 args.surfaces,
                 not args.whole_documents,
                 prompts=client_prompts,
+                family=family,
             )
     tables = tabulate(rows, names, args.surfaces, splits)
     report = {"settings": models, "results": tables, "answers": rows}
     for surface in args.surfaces:
-        print(f"\n{surface}\n" + side_by_side(tables, surface))
+        print(f"\n{surface}\n" + side_by_side(tables, surface, squad_names))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
 

@@ -41,7 +41,10 @@ from sklearn.metrics import roc_auc_score
 
 from benches.quality.candidates import LAYERS, MEAN_LAYERS, cache_dir
 from flask_app.inference.presets import PRESETS
+from flask_app.inference.pull import known_sha256
+from flask_app.rag import verifier
 from flask_app.rag.prompts import is_refusal as fixed_refusal
+from flask_app.settings import Settings
 
 FAMILIES = ("squad", "sets")
 Array = npt.NDArray[np.float64]
@@ -297,9 +300,187 @@ def frontier(llm: str, reads: str, layer: int, c: float, accept: float | None) -
             print("  ".join(line))
 
 
+# --- choosing on dev, building the file ---------------------------------------------
+
+# the share of unanswerable dev questions declined that the threshold must
+# reach on every family (the issue's targets, and a margin for test)
+TARGETS = {
+    "qwen2.5-coder-0.5b": {"squad": 0.85, "sets": 0.80},
+    "qwen2.5-coder-1.5b": {"squad": 0.90, "sets": 0.90},
+}
+MARGIN = 0.02
+CHOICES = Path(__file__).with_name("verifier_choices.json")
+READS = ("last", "at8", "at16", "mean")
+CS = (0.001, 0.01, 0.1)
+SAMPLES = (0, 1, 2, 3, 5)
+ACCEPTS = (None, 0.9, 0.8)
+
+
+def threshold_for(
+    llm: str, devs: dict[str, Rows], chosen: dict[str, list[tuple[float | None, str | None]]]
+) -> float | None:
+    """The lowest threshold declining at least the target (+ margin) of every
+    family's unanswerable dev questions (None: none does)."""
+    values = sorted({p for picks in chosen.values() for p, _ in picks if p is not None})
+    for t in [0.0, *values, 1.0 + 1e-9]:
+        if all(
+            outcome(devs[f], chosen[f], t).declined_share >= TARGETS[llm][f] + MARGIN for f in devs
+        ):
+            return t
+    return None
+
+
+def dev_right(devs: dict[str, Rows], chosen: dict[str, Any], t: float) -> dict[str, Outcome]:
+    return {f: outcome(devs[f], chosen[f], t) for f in devs}
+
+
+def choose(llm: str) -> dict[str, Any]:
+    """Stage by stage on dev: the state and C by AUC, then the samples and
+    accept point by the right answers at the decline target."""
+    train, devs = train_rows(llm), dev_rows(llm)
+    best: tuple[float, str, int, float] | None = None
+    for reads in READS:
+        if reads not in train.states:
+            continue
+        for layer in MEAN_LAYERS[llm] if reads == "mean" else LAYERS[llm]:
+            x, y, _, _ = candidate_table(train, reads, layer, llm)
+            for c in CS:
+                probe = fit_probe(x, y, reads, layer, c)
+                aucs = []
+                for rows in devs.values():
+                    dx, dy, _, _ = candidate_table(rows, reads, layer, llm)
+                    aucs.append(auc(dy, probe.logits(dx)))
+                mean_auc = float(np.mean(aucs))
+                print(f"{reads:5} {layer:3} C {c:<6} dev AUC {mean_auc:.3f} {aucs}", flush=True)
+                if best is None or mean_auc > best[0]:
+                    best = (mean_auc, reads, layer, c)
+    assert best is not None
+    _, reads, layer, c = best
+    x, y, _, _ = candidate_table(train, reads, layer, llm)
+    probe = fit_probe(x, y, reads, layer, c)
+    policy: tuple[float, int, float | None, float] | None = None
+    for samples in SAMPLES:
+        for accept in ACCEPTS:
+            if samples == 0 and accept is not None:
+                continue
+            picks = {f: choices(rows, probe, llm, samples, accept) for f, rows in devs.items()}
+            t = threshold_for(llm, devs, picks)
+            if t is None:
+                continue
+            outcomes = dev_right(devs, picks, t)
+            right = float(np.mean([o.right_share for o in outcomes.values()]))
+            shown = ", ".join(
+                f"{f} {o.right_share:.1%} right / {o.wrong_share:.1%} wrong / "
+                f"{o.declined_share:.1%} declined"
+                for f, o in outcomes.items()
+            )
+            print(f"K {samples} accept {accept}: t {t:.3f}: {shown}", flush=True)
+            # a sample more must buy a point: each costs time to first token
+            if policy is None or right > policy[0] + 0.01 * (samples - policy[1]):
+                policy = (right, samples, accept, t)
+    assert policy is not None, "no policy meets the decline targets on dev"
+    return {
+        "reads": reads,
+        "layer": layer,
+        "c": c,
+        "samples": policy[1],
+        "accept": policy[2],
+        "dev_auc": round(best[0], 4),
+    }
+
+
+def calibrate(logits: Array, right: Array) -> tuple[float, float]:
+    """(a, b) with sigmoid(a * logit + b) calibrated on the chosen answers."""
+    model = LogisticRegression(C=1e6, max_iter=1000, tol=1e-8)
+    model.fit(logits.reshape(-1, 1), right)
+    return float(model.coef_[0][0]), float(model.intercept_[0])
+
+
+def reliability(p: Array, right: Array) -> list[str]:
+    lines = []
+    for lo in np.arange(0.0, 1.0, 0.2):
+        sel = (p >= lo) & (p < lo + 0.2 + (1e-9 if lo >= 0.8 else 0))
+        if sel.sum():
+            lines.append(
+                f"  P {lo:.1f}-{lo + 0.2:.1f}: {int(sel.sum()):5} answers, "
+                f"{right[sel].mean():.0%} right (mean P {p[sel].mean():.2f})"
+            )
+    return lines
+
+
+def build(llm: str) -> Path:
+    """The verifier file of `llm`, from the train rows and the choice on dev."""
+    choice = json.loads(CHOICES.read_text())[llm]
+    train, devs = train_rows(llm), dev_rows(llm)
+    reads, layer = choice["reads"], choice["layer"]
+    x, y, _, _ = candidate_table(train, reads, layer, llm)
+    probe = fit_probe(x, y, reads, layer, choice["c"])
+    picks = {
+        f: choices(rows, probe, llm, choice["samples"], choice["accept"])
+        for f, rows in devs.items()
+    }
+    # calibrated on the answers dev's questions would get (the best of their candidates)
+    chosen_p = np.array([p for f in devs for p, _ in picks[f] if p is not None])
+    chosen_right = np.array([g == "right" for f in devs for p, g in picks[f] if p is not None])
+    a, b = calibrate(np.log(chosen_p / (1 - chosen_p)), chosen_right.astype(np.float64))
+
+    def scaled(p: float | None) -> float | None:
+        return None if p is None else float(1 / (1 + np.exp(-(a * np.log(p / (1 - p)) + b))))
+
+    calibrated = {f: [(scaled(p), g) for p, g in picks[f]] for f in devs}
+    t = threshold_for(llm, devs, calibrated)
+    assert t is not None, "no threshold meets the decline targets on dev"
+    weights, bias = probe.folded()
+    settings = Settings.load({"llm": llm}, {})
+    served = settings.llm_path()
+    candidate_tokens = int(reads[2:]) if reads.startswith("at") else 64
+    data = {
+        "format": verifier.FORMAT,
+        "preset": llm,
+        "gguf": served.name,
+        "gguf_sha256": known_sha256(served),
+        "correct": {
+            "layer": layer,
+            "reads": "mean" if reads == "mean" else "last",
+            "weights": weights,
+            "bias": bias,
+        },
+        "combine": {"weights": {"correct": a}, "bias": b, "fill": {}},
+        "policy": {
+            "threshold": t,
+            "samples": choice["samples"],
+            "temperature": 0.8,
+            "candidate_tokens": candidate_tokens,
+            "accept": choice["accept"],
+            "skip_below": None,
+        },
+        "trained": {
+            "rows": f"benches.quality.candidates --llm {llm} (SQuAD v1.1 train, CC BY-SA 4.0)",
+            "rows_sha256": train.digest(),
+            "train_questions": len(train.questions),
+            "train_candidates": len(y),
+            "dev_questions": {f: len(rows.questions) for f, rows in devs.items()},
+            "choice": choice,
+        },
+    }
+    path: Path = verifier.verifier_path(llm)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    for f in devs:
+        o = outcome(devs[f], calibrated[f], t)
+        print(
+            f"{llm} dev {f}: {o.right_share:.1%} right, {o.wrong_share:.1%} wrong, "
+            f"{o.declined_share:.1%} declined at threshold {t:.3f}"
+        )
+    print("reliability on dev (the chosen answers):")
+    print("\n".join(reliability(np.array([scaled(p) for p in chosen_p]), chosen_right)))
+    print(f"wrote {path}")
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["layers", "frontier"])
+    parser.add_argument("command", choices=["layers", "frontier", "choose", "build"])
     parser.add_argument("--llm", choices=list(PRESETS), required=True)
     parser.add_argument("--reads", default="last")
     parser.add_argument("--layer", type=int, default=14)
@@ -308,8 +489,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "layers":
         layers_table(args.llm, args.c)
-    else:
+    elif args.command == "frontier":
         frontier(args.llm, args.reads, args.layer, args.c, args.accept)
+    elif args.command == "choose":
+        chosen = choose(args.llm)
+        every = json.loads(CHOICES.read_text()) if CHOICES.is_file() else {}
+        every[args.llm] = chosen
+        CHOICES.write_text(json.dumps(every, indent=1, sort_keys=True) + "\n")
+        print(f"{args.llm}: {chosen} -> {CHOICES}")
+    else:
+        build(args.llm)
 
 
 if __name__ == "__main__":

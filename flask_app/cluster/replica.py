@@ -25,8 +25,9 @@ from flask_app.cluster import actor_call
 from flask_app.cluster.store import ClusterUnusable, detached_on, node_cpus, node_numbers
 from flask_app.inference.embed import Embedder, LlamaEmbedder, Vectors, check_lengths
 from flask_app.inference.engine import BatchEngine, Branch, BranchRun, Finish, Job, Request
+from flask_app.inference.errors import ReplicaLost
 from flask_app.inference.llama_backend import LlamaBackend
-from flask_app.inference.llm import ChatMessage, ReplicaLost
+from flask_app.inference.llm import ChatMessage
 
 _log = logging.getLogger("edgerag.cluster")
 

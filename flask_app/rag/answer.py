@@ -306,7 +306,7 @@ class AnswerStream:
             )
             clock = time.monotonic()
             generation.spawn(
-                verifier.samples, sampling, self._config.max_tokens, verifier.candidate_tokens
+                verifier.samples, sampling, self._config.max_tokens, verifier.candidate_tokens + 1
             )
             candidates = generation.settle()
             writing, clock = writing + time.monotonic() - clock, time.monotonic()
@@ -388,7 +388,9 @@ def open_answer(
             max_tokens=config.max_tokens,
             sampling=replace(GREEDY, stop=question.sampling.stop),
             spare=verifier.samples,
-            pause_at=verifier.candidate_tokens,
+            # the verifier reads the state of the candidate_tokens-th token:
+            # it is decoded when the next one is drawn
+            pause_at=verifier.candidate_tokens + 1,
             layers=verifier.layers(),
             refusal_starts=question.form.refusal_starts,
         )

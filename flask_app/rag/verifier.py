@@ -123,7 +123,9 @@ class Verifier:
     threshold: float  # decline below this probability
     samples: int  # sampled candidates beside the greedy one
     temperature: float  # of the sampled ones
-    candidate_tokens: int  # each candidate pauses here for the choice
+    # each candidate pauses for the choice once this many of its tokens were
+    # read: the state of the last of them is what the probe reads
+    candidate_tokens: int
     accept: float | None = None  # no samples when the greedy answer reaches this
     skip_below: float | None = None  # no answer written when answerability is below this
     path: Path | None = field(default=None, compare=False)

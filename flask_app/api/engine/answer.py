@@ -38,7 +38,8 @@ from flask_app.api.http.openapi import Operation, operation
 from flask_app.api.http.request_ids import request_id
 from flask_app.api.http.sse import event_stream, sse
 from flask_app.file_collections.names import PRINCIPALS_MAX
-from flask_app.inference.llm import ChatMessage, LLMError, LLMTimeout
+from flask_app.inference.errors import LLMError, LLMTimeout
+from flask_app.inference.llm import ChatMessage
 from flask_app.rag import evidence, prompts
 from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
 from flask_app.store.catalog import CollectionRecord, FileRecord

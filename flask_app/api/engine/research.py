@@ -39,7 +39,7 @@ from flask_app.api.http.extensions import services_of
 from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import Operation, operation
 from flask_app.api.http.request_ids import request_id
-from flask_app.inference.llm import LLMCancelled, LLMTimeout
+from flask_app.inference.errors import LLMCancelled, LLMTimeout
 from flask_app.rag.jobs import CANCELLED, ERROR, SUBMITTED, JobFailed, Jobs, retry_later
 from flask_app.store.catalog import new_id, rfc3339
 

@@ -38,7 +38,7 @@ from flask_app.api.lucidworks.schemas import (
     without_secrets,
 )
 from flask_app.errors import Kind, ServiceError
-from flask_app.inference.llm import LLMTimeout
+from flask_app.inference.errors import LLMTimeout
 from flask_app.rag.jobs import ERROR, JobFailed, Jobs, RetryLater, retry_later
 
 blueprint = Blueprint("lucidworks", __name__, url_prefix="/ai")

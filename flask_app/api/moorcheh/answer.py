@@ -30,7 +30,8 @@ from flask_app.api.moorcheh.schemas import (
     StreamMeta,
     StreamToken,
 )
-from flask_app.inference.llm import LLM, ChatMessage, LLMError, LLMTimeout, Sampling
+from flask_app.inference.errors import LLMError, LLMTimeout
+from flask_app.inference.llm import LLM, ChatMessage, Sampling
 from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
 from flask_app.rag.retrieval import StoredCollection
 

@@ -34,7 +34,8 @@ from flask_app.api.openai.schemas import (
     OpenAIErrorBody,
     parse,
 )
-from flask_app.inference.llm import LLM, ChatMessage, LLMError, Sampling, TokenStream
+from flask_app.inference.errors import LLMError
+from flask_app.inference.llm import LLM, ChatMessage, Sampling, TokenStream
 from flask_app.rag import LLMNotConfigured
 from flask_app.rag.answer import AnswerStream, open_answer
 from flask_app.rag.prompts import is_refusal
