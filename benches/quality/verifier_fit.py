@@ -41,10 +41,8 @@ from sklearn.metrics import roc_auc_score
 
 from benches.quality.candidates import LAYERS, MEAN_LAYERS, cache_dir
 from flask_app.inference.presets import PRESETS
-from flask_app.inference.pull import known_sha256
 from flask_app.rag import verifier
 from flask_app.rag.prompts import is_refusal as fixed_refusal
-from flask_app.settings import Settings
 
 FAMILIES = ("squad", "sets")
 Array = npt.NDArray[np.float64]
@@ -431,14 +429,14 @@ def build(llm: str) -> Path:
     t = threshold_for(llm, devs, calibrated)
     assert t is not None, "no threshold meets the decline targets on dev"
     weights, bias = probe.folded()
-    settings = Settings.load({"llm": llm}, {})
-    served = settings.llm_path()
+    preset = PRESETS[llm]
+    served = preset.files()[preset.default_quant]
     candidate_tokens = int(reads[2:]) if reads.startswith("at") else 64
     data = {
         "format": verifier.FORMAT,
         "preset": llm,
-        "gguf": served.name,
-        "gguf_sha256": known_sha256(served),
+        "gguf": served.filename,
+        "gguf_sha256": served.sha256,
         "correct": {
             "layer": layer,
             "reads": "mean" if reads == "mean" else "last",

@@ -1,0 +1,115 @@
+"""benches/quality/verifier_fit.py on rows shaped like the collector's, with
+a planted direction in the hidden states that tells right answers from
+wrong ones: it is found, the file rebuilds bit for bit from the same rows,
+and the server reads the file back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from benches.quality import candidates, verifier_fit
+from flask_app.inference.presets import PRESETS
+from flask_app.rag import verifier
+
+LLM = "qwen2.5-coder-0.5b"
+DIM = 16
+
+
+def write_rows(root: Path, family: str, split: str, seed: int, sets: int = 4) -> None:
+    """`sets` sets of 30 questions (a third unanswerable), 6 candidates each;
+    a right answer's states lean along the first axis."""
+    rng = np.random.default_rng(seed)
+    layers = len(candidates.LAYERS[LLM])
+    for n in range(sets):
+        rows, states = [], []
+        for q in range(30):
+            answerable = q % 3 != 0
+            cands = []
+            rights = []
+            for c in range(6):
+                right = answerable and rng.random() < 0.6
+                text = "I don't have enough information." if rng.random() < 0.05 else f"a{q}{c}"
+                grade = "refusal" if text.startswith("I don't") else ("right" if right else "wrong")
+                cands.append({"text": text, "grade": grade, "logprobs": [-0.1], "tokens": 3})
+                rights.append(grade == "right")
+            rows.append(
+                {"query": f"q{q}", "expected": ["x"] if answerable else None, "candidates": cands}
+            )
+            base = rng.standard_normal((6, layers, DIM)).astype(np.float32)
+            for c, right in enumerate(rights):
+                base[c, :, 0] += 2.0 if right else -2.0
+            states.append(
+                {
+                    "prompt": rng.standard_normal((layers, DIM)).astype(np.float16),
+                    "last": base.astype(np.float16),
+                    "at8": base.astype(np.float16),
+                    "at16": base.astype(np.float16),
+                    "mean": base[:, :2].astype(np.float16),
+                }
+            )
+        out = root / LLM / family / split / f"set{n}"
+        out.mkdir(parents=True)
+        (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        stacked: dict[str, Any] = {k: np.stack([s[k] for s in states]) for k in states[0]}
+        np.savez(out / "states.npz", **stacked)
+
+
+@pytest.fixture
+def rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "rows"
+    write_rows(root, "squad", "train", 1, sets=6)
+    write_rows(root, "squad", "dev", 2)
+    write_rows(root, "sets", "dev", 3, sets=2)
+    monkeypatch.setattr(verifier_fit, "cache_dir", lambda: root)
+    monkeypatch.setattr(verifier_fit, "CHOICES", tmp_path / "choices.json")
+    monkeypatch.setattr(verifier, "PROBES", tmp_path / "probes")
+    monkeypatch.setattr(verifier_fit, "READS", ("last", "at8"))
+    monkeypatch.setattr(verifier_fit, "CS", (0.1,))
+    return root
+
+
+def test_the_planted_direction_is_found_and_the_file_rebuilds_bit_for_bit(
+    rows: Path, tmp_path: Path
+) -> None:
+    chosen = verifier_fit.choose(LLM)
+    assert chosen["dev_auc"] > 0.9
+    (tmp_path / "choices.json").write_text(json.dumps({LLM: chosen}))
+    first = verifier_fit.build(LLM).read_bytes()
+    again = verifier_fit.build(LLM).read_bytes()
+    assert first == again
+    built = verifier.Verifier.read(tmp_path / "probes" / f"{LLM}.json")
+    preset = PRESETS[LLM]
+    assert built.gguf_sha256 == preset.files()[preset.default_quant].sha256
+    assert built.samples == chosen["samples"] and 0 < built.threshold < 1
+    # its weight on the planted axis dominates the others
+    weights = np.abs(built.correct.weights)
+    assert weights[0] > 3 * np.median(weights[1:])
+    # and it reads a right answer's state as likelier right than a wrong one's
+    up = np.zeros(DIM, np.float32)
+    up[0] = 2.0
+    p_right = built.probability(up, "a", [], [-0.1], None)
+    p_wrong = built.probability(-up, "a", [], [-0.1], None)
+    assert p_right > 0.8 > 0.2 > p_wrong
+
+
+def test_the_decline_target_decides_the_threshold(rows: Path) -> None:
+    train, devs = verifier_fit.train_rows(LLM), verifier_fit.dev_rows(LLM)
+    x, y, _, _ = verifier_fit.candidate_table(train, "last", 8, LLM)
+    probe = verifier_fit.fit_probe(x, y, "last", 8, 0.1)
+    picks = {f: verifier_fit.choices(r, probe, LLM, 2, None) for f, r in devs.items()}
+    t = verifier_fit.threshold_for(LLM, devs, picks)
+    assert t is not None
+    for family, target in verifier_fit.TARGETS[LLM].items():
+        assert verifier_fit.outcome(devs[family], picks[family], t).declined_share >= target
+    # a threshold just below it misses a target: it is the lowest that meets them
+    lower = max(p for f in picks for p, _ in picks[f] if p is not None and p < t)
+    assert any(
+        verifier_fit.outcome(devs[f], picks[f], lower).declined_share
+        < verifier_fit.TARGETS[LLM][f] + verifier_fit.MARGIN
+        for f in devs
+    )
