@@ -120,7 +120,18 @@ def _result(
             "prompt_tokens": grounding.prompt.prompt_tokens,
             "completion_tokens": llm.count_tokens(text),
         }
+        outcome = answer.outcome
+        body["timing"] = {
+            "prefill_s": _rounded(outcome.prefill_s),
+            "candidates_s": _rounded(outcome.candidates_s),
+            "verify_s": _rounded(outcome.verify_s),
+            "candidates": outcome.candidates,
+        }
     return body
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 4)
 
 
 @blueprint.post("/answer")

@@ -246,6 +246,17 @@ class AnswerUsage(BaseModel):
     completion_tokens: int
 
 
+class AnswerTiming(BaseModel):
+    """Seconds of an answer: reading the prompt, writing the candidates (the
+    greedy one, and the sampled ones when they were written), the verifier
+    reading them; how many candidates were written."""
+
+    prefill_s: float | None
+    candidates_s: float | None
+    verify_s: float | None
+    candidates: int
+
+
 class AnswerBody(BaseModel):
     answer: str
     query: str
@@ -258,3 +269,4 @@ class AnswerBody(BaseModel):
     # the best answer written was; null when no verifier read it)
     answerable_probability: float | None = None
     usage: AnswerUsage | None = None
+    timing: AnswerTiming | None = None  # where the model's time went (null: not asked)
