@@ -148,7 +148,7 @@ def closed_loop(
     each asking its share one after another: the wall time until the last
     answer ended, and each answer."""
     barrier = threading.Barrier(clients + 1)
-    answers: list[Answer] = []
+    answers: list[dict[str, Any]] = []
     failures: list[BaseException] = []
 
     def client(i: int) -> None:
