@@ -1,13 +1,18 @@
 """The one error model: every error a request can meet carries what kind of
-failure it is, its HTTP status, how soon a retry may work and the message a
-client may read. Each surface renders these in its own documented shape and
-maps a kind differently only where its API documents another status (e.g.
-Lucidworks and OpenAI say 429 where moorcheh and the Engine say 503).
+failure it is, its HTTP status, how soon a retry may work, the message a
+client may read, and a code (its kind's name unless the error has a shape of
+its own: `item_limit_exceeded`, `malformed_json`, …). Each surface renders
+these in its own documented shape through one table keyed by that code,
+for its JSON responses and its streams alike, and maps a kind differently
+only where its API documents another status (e.g. Lucidworks and OpenAI say
+429 where moorcheh and the Engine say 503).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 
@@ -49,6 +54,8 @@ class ServiceError(Exception):
     kind: Kind = Kind.INVALID
     status: int = STATUS[Kind.INVALID]
     retry_after: int | None = None
+    code: str | None = None  # a shape of its own (None: the kind's)
+    details: Mapping[str, Any] = MappingProxyType({})  # what that shape adds
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -62,3 +69,8 @@ class ServiceError(Exception):
     @property
     def retryable(self) -> bool:
         return self.retry_after is not None
+
+    @property
+    def error_code(self) -> str:
+        """What the surfaces' tables are keyed on."""
+        return self.code or self.kind.value

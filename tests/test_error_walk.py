@@ -19,15 +19,19 @@ from pydantic import BaseModel
 
 import flask_app.app  # noqa: F401  (imports every surface and its errors)
 from flask_app.api.engine import errors as engine_errors
+from flask_app.api.engine.errors import EngineError
+from flask_app.api.engine.filters import FilterError
 from flask_app.api.engine.schemas import EngineErrorBody
-from flask_app.api.http.errors import install
+from flask_app.api.http.errors import RoutingError, install
 from flask_app.api.http.json_body import BadRequest, MalformedJSON, OrjsonProvider
+from flask_app.api.http.vectors import VectorError
 from flask_app.api.lucidworks import errors as lucidworks_errors
 from flask_app.api.lucidworks.predict import InputTooLong
 from flask_app.api.lucidworks.schemas import LucidworksError
 from flask_app.api.moorcheh import errors as moorcheh_errors
 from flask_app.api.moorcheh.schemas import MoorchehError
 from flask_app.api.openai import errors as openai_errors
+from flask_app.api.openai.errors import OpenAIError
 from flask_app.api.openai.schemas import OpenAIErrorBody
 from flask_app.cluster.records import RecordsUnavailable
 from flask_app.cluster.store import ClusterUnusable
@@ -95,14 +99,23 @@ EXAMPLES: list[tuple[ServiceError, tuple[int, int, int, int]]] = [
     (BadRequest("request body is larger than the limit", 413), (413, 413, 413, 413)),
     (BadRequest("Content-Type must be application/json", 415), (415, 415, 415, 415)),
     (MalformedJSON("invalid JSON: unexpected character"), (400, 400, 400, 400)),
+    (VectorError("query has 3 dimensions; allowed: 8 to 4096"), (400, 400, 400, 400)),
+    (RoutingError(404, "no such route"), (404, 404, 404, 404)),
+    (RoutingError(405, "method not allowed"), (405, 405, 405, 405)),
+    (RoutingError(500, "internal error"), (500, 500, 500, 500)),
+    (EngineError(404, "not_found", "Not found: collection ops/x"), (404, 404, 404, 404)),
+    (FilterError("unexpected 'AND'", 7), (400, 400, 400, 400)),
+    (OpenAIError(400, "stop: at most 4 sequences", "invalid_request_error", "stop"), (400,) * 4),
 ]
 
 ENGINE_CODES = {
     400: {"invalid_request"},
     404: {"not_found"},
+    405: {"method_not_allowed"},
     413: {"request_too_large"},
     415: {"invalid_request"},
     499: {"cancelled"},
+    500: {"internal"},
     503: {"temporarily_unavailable"},
 }
 
@@ -162,7 +175,7 @@ def test_each_surface_renders_each_error_as_documented(
             )
     elif surface == "engine":
         assert body["error"]["code"] in ENGINE_CODES[status]
-        assert body["error"]["retryable"] is (status == 503)
+        assert body["error"]["retryable"] is (status in (500, 503))
         if status == 503:
             assert retry_after is not None
     else:

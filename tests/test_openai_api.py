@@ -88,7 +88,7 @@ def test_a_model_failing_mid_stream_says_so_without_its_detail(
     )
     with caplog.at_level(logging.ERROR, logger="edgerag"), pytest.raises(APIError) as failed:
         list(stream)
-    assert failed.value.message == "LLM request failed"  # the detail is for the log
+    assert failed.value.message == "The model failed."  # the detail is for the log
     assert any("scripted failure" in r.getMessage() for r in caplog.records)
 
 

@@ -13,9 +13,10 @@ from flask_app.api.lucidworks import errors as lucidworks
 from flask_app.api.moorcheh import errors as moorcheh
 from flask_app.api.openai import errors as openai
 from flask_app.cluster.records import RecordsUnavailable
+from flask_app.errors import ServiceError
 from flask_app.store import CollectionUnavailable
 
-RENDERERS: dict[str, Callable[[Exception], tuple[Response, int]]] = {
+RENDERERS: dict[str, Callable[[ServiceError], tuple[Response, int]]] = {
     "moorcheh": moorcheh.render,
     "lucidworks": lucidworks.render,
     "engine": engine.render,
@@ -28,7 +29,7 @@ RENDERERS: dict[str, Callable[[Exception], tuple[Response, int]]] = {
     "exc",
     [CollectionUnavailable("docs", "shard 1 did not answer"), RecordsUnavailable("restarting")],
 )
-def test_unavailable_is_a_retryable_503(surface: str, exc: Exception) -> None:
+def test_unavailable_is_a_retryable_503(surface: str, exc: ServiceError) -> None:
     with Flask(__name__).test_request_context("/"):
         response, status = RENDERERS[surface](exc)
     assert status == 503

@@ -45,6 +45,8 @@ class QueryError(RagError):
 class ContextOverflow(RagError):
     """Prompts, history and question leave no room in the context window."""
 
+    code = "context_overflow"
+
 
 @dataclass(frozen=True)
 class Question:

@@ -28,6 +28,7 @@ class CapacityError(StoreError):
     """An upload would exceed the item cap."""
 
     kind = Kind.CONFLICT
+    code = "item_limit_exceeded"
 
     def __init__(self, current: int, max_items: int, requested_new: int) -> None:
         super().__init__(
@@ -37,6 +38,7 @@ class CapacityError(StoreError):
         self.current = current
         self.max_items = max_items
         self.requested_new = requested_new
+        self.details = {"items": current, "max_items": max_items, "requested_new": requested_new}
 
 
 class VectorRejected(StoreError):

@@ -12,8 +12,8 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from flask_app import rag, simcore
-from flask_app.api.engine import citations, requests
-from flask_app.api.engine.errors import MAX_REQUEST_BYTES, TIMEOUT_MESSAGE, EngineError, invalid
+from flask_app.api.engine import citations, errors, requests
+from flask_app.api.engine.errors import MAX_REQUEST_BYTES, EngineError, invalid
 from flask_app.api.engine.filters import filter_condition
 from flask_app.api.engine.resources import collection_or_404
 from flask_app.api.engine.schemas import (
@@ -26,7 +26,7 @@ from flask_app.api.engine.schemas import (
     ReadSpansResponse,
 )
 from flask_app.api.http.disconnect import client_gone_probe
-from flask_app.api.http.errors import log_server_fault
+from flask_app.api.http.errors import as_service_error
 from flask_app.api.http.extensions import (
     answer_config_of,
     collections_of,
@@ -38,7 +38,6 @@ from flask_app.api.http.openapi import Operation, operation
 from flask_app.api.http.request_ids import request_id
 from flask_app.api.http.sse import event_stream, sse
 from flask_app.file_collections.names import PRINCIPALS_MAX
-from flask_app.inference.errors import LLMError, LLMTimeout
 from flask_app.inference.llm import ChatMessage
 from flask_app.rag import evidence, prompts
 from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
@@ -319,12 +318,8 @@ def _events(stream: AnswerStream, reply: _Reply) -> Iterator[bytes]:
         for delta in stream:
             parts.append(delta)
             yield sse("delta", {"text": delta})
-    except LLMTimeout:
-        yield sse("error", _envelope(reply, "temporarily_unavailable", TIMEOUT_MESSAGE))
-        return
-    except LLMError as exc:
-        log_server_fault(exc)
-        yield sse("error", _envelope(reply, "internal", "Internal error."))
+    except Exception as exc:
+        yield sse("error", errors.stream_error(as_service_error(exc), reply.request_id))
         return
     finally:
         stream.close()
@@ -332,13 +327,6 @@ def _events(stream: AnswerStream, reply: _Reply) -> Iterator[bytes]:
         "done",
         reply.body("".join(parts), stream.outcome.declined, stream.outcome.confidence),
     )
-
-
-def _envelope(reply: _Reply, code: str, message: str) -> dict[str, Any]:
-    return {
-        "request_id": reply.request_id,
-        "error": {"code": code, "message": message, "retryable": True, "details": {}},
-    }
 
 
 def read_spans(ns: str, name: str) -> ResponseReturnValue:

@@ -7,9 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Response, jsonify
-from werkzeug.exceptions import HTTPException
 
-from flask_app.api.http.errors import NotAnApiError
 from flask_app.api.http.request_ids import request_id
 from flask_app.errors import Kind, ServiceError
 
@@ -17,7 +15,28 @@ MAX_REQUEST_BYTES = 6_291_456
 TIMEOUT_MESSAGE = "The request did not complete within 45 seconds."
 
 
-class EngineError(Exception):
+# the spec §3 codes: an error raised with one keeps it
+CODES = frozenset(
+    {
+        "invalid_request",
+        "unauthenticated",
+        "permission_denied",
+        "not_found",
+        "method_not_allowed",
+        "collection_empty",
+        "collection_not_ready",
+        "namespace_not_empty",
+        "request_too_large",
+        "cancelled",
+        "internal",
+        "temporarily_unavailable",
+    }
+)
+
+
+class EngineError(ServiceError):
+    """An error in the spec's own words (its code, status and message)."""
+
     def __init__(
         self,
         status: int,
@@ -32,7 +51,7 @@ class EngineError(Exception):
         self.status = status
         self.code = code
         self.message = message
-        self.retryable = retryable
+        self.kind = Kind.NOT_FOUND if status == 404 else Kind.INVALID
         self.details = details or {}
         self.retry_after = retry_after if retry_after is not None else (5 if retryable else None)
 
@@ -68,14 +87,20 @@ def _routing_error(code: int, description: str) -> EngineError:
     return EngineError(code, "invalid_request", description)
 
 
-def as_engine_error(exc: Exception) -> EngineError:
-    """The spec §3 error for `exc` (NotAnApiError: a server bug)."""
-    if isinstance(exc, EngineError):
-        return exc
-    if isinstance(exc, HTTPException):
-        return _routing_error(exc.code or 500, exc.description or exc.name)
-    if not isinstance(exc, ServiceError):
-        raise NotAnApiError
+def as_engine_error(exc: ServiceError) -> EngineError:
+    """The spec §3 error for `exc`, by its code, else its kind."""
+    code = exc.error_code
+    if code in CODES:
+        return EngineError(
+            exc.status,
+            code,
+            exc.public_message,
+            retryable=exc.retryable,
+            details=dict(exc.details),
+            retry_after=exc.retry_after,
+        )
+    if code.startswith("http_"):
+        return _routing_error(exc.status, exc.public_message)
     kind = exc.kind
     if kind is Kind.TOO_LARGE:
         return EngineError(413, "request_too_large", _TOO_LARGE)
@@ -100,9 +125,10 @@ def as_engine_error(exc: Exception) -> EngineError:
     return invalid(exc.public_message)
 
 
-def body(error: EngineError) -> dict[str, Any]:
+def body(error: EngineError, rid: str | None = None) -> dict[str, Any]:
+    """The envelope (`rid`: the request's id, for a stream that outlives the request)."""
     return {
-        "request_id": request_id(),
+        "request_id": rid or request_id(),
         "error": {
             "code": error.code,
             "message": error.message,
@@ -112,9 +138,14 @@ def body(error: EngineError) -> dict[str, Any]:
     }
 
 
-def render(exc: Exception) -> tuple[Response, int]:
+def render(exc: ServiceError) -> tuple[Response, int]:
     error = as_engine_error(exc)
     response = jsonify(body(error))
     if error.retry_after is not None and error.status in (409, 429, 503):
         response.headers["Retry-After"] = str(error.retry_after)
     return response, error.status
+
+
+def stream_error(exc: ServiceError, rid: str) -> dict[str, Any]:
+    """A stream's `error` event: the envelope the request would have got."""
+    return body(as_engine_error(exc), rid)

@@ -12,7 +12,7 @@ from typing import Any
 
 from lark import Lark, Token, Transformer, UnexpectedInput
 
-from flask_app.api.engine.errors import invalid
+from flask_app.api.engine.errors import EngineError
 from flask_app.store.file_query import (
     AllOf,
     Among,
@@ -54,9 +54,14 @@ _PARSER = Lark(_GRAMMAR, parser="lalr", propagate_positions=True)
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
 
-class FilterError(ValueError):
+class FilterError(EngineError):
+    """A filter that does not parse: the 400 of spec §6, with its position."""
+
     def __init__(self, reason: str, position: int) -> None:
-        super().__init__(f"filter: {reason} at position {position}")
+        message = f"filter: {reason} at position {position}"
+        super().__init__(
+            400, "invalid_request", message, details={"field": "filter", "position": position}
+        )
         self.position = position
 
 
@@ -142,8 +147,5 @@ def parse(text: str) -> Condition | None:
 def filter_condition(namespace: str, collection: str, text: str | None) -> Sql | None:
     """The request's filter as SQL on one collection's files; a parse error
     is the 400 of spec §6."""
-    try:
-        condition = parse(text or "")
-    except FilterError as exc:
-        raise invalid(str(exc), "filter", position=exc.position) from None
+    condition = parse(text or "")
     return None if condition is None else to_sql(condition, namespace, collection)

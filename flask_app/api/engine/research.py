@@ -39,7 +39,7 @@ from flask_app.api.http.extensions import services_of
 from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import Operation, operation
 from flask_app.api.http.request_ids import request_id
-from flask_app.inference.errors import LLMCancelled, LLMTimeout
+from flask_app.errors import Kind, ServiceError
 from flask_app.rag.jobs import CANCELLED, ERROR, SUBMITTED, JobFailed, Jobs, retry_later
 from flask_app.store.catalog import new_id, rfc3339
 
@@ -199,16 +199,13 @@ def _run(app: Flask, jobs: Jobs, payload: dict[str, Any]) -> dict[str, Any]:
             with stream:
                 text = "".join(stream)
             return reply.body(text, stream.outcome.declined, stream.outcome.confidence)
-    except LLMCancelled:
-        raise JobFailed("cancelled") from None  # the jobs file records it as CANCELLED
-    except Exception as exc:
+    except ServiceError as exc:
+        if exc.kind is Kind.CANCELLED:
+            raise JobFailed("cancelled") from None  # the jobs file records it as CANCELLED
         if (later := retry_later(exc)) is not None:
             raise later from None
-        try:
-            error = as_engine_error(exc)
-        except Exception:
-            raise exc from None
-        if isinstance(exc, LLMTimeout):
+        error = as_engine_error(exc)
+        if exc.kind is Kind.TIMEOUT:
             error = EngineError(
                 503,
                 "temporarily_unavailable",

@@ -23,10 +23,14 @@ class BadRequest(ServiceError):
         self.status = status
         if status == 413:
             self.kind = Kind.TOO_LARGE
+        if status == 415:
+            self.code = "unsupported_media_type"
 
 
 class MalformedJSON(BadRequest):
     """The body is not JSON at all (empty, or a syntax error)."""
+
+    code = "malformed_json"
 
 
 class OrjsonProvider(JSONProvider):

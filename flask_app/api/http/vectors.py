@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from flask_app import simcore
+from flask_app.errors import ServiceError
 from flask_app.store.unit import MIN_NORM, all_measurable, first_unusable_row
 
 
-class VectorError(ValueError):
-    """A vector has too few or too many dimensions, a non-finite value, or is all zeros."""
+class VectorError(ServiceError, ValueError):
+    """A vector has too few or too many dimensions, a non-finite value, is
+    all zeros, or is not a list of numbers (400)."""
+
+
+def matrix(rows: list[Any], label: str) -> npt.NDArray[np.float32]:
+    """Client-sent lists of numbers as one float32 matrix (`label` names a
+    row in messages, with `{}` for its index)."""
+    try:
+        return simcore.matrix_from_lists(rows, label)
+    except ValueError as exc:
+        raise VectorError(str(exc)) from None
 
 
 def check_matrix(

@@ -13,7 +13,7 @@ from flask import Flask
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser
 from waitress.server import create_server
-from waitress.utilities import Error, RequestEntityTooLarge
+from waitress.utilities import Error
 
 from flask_app.api.http.admission import ADMITTED, BodyRule, body_rule, refusal, too_large
 from flask_app.api.http.json_body import BadRequest
@@ -54,12 +54,12 @@ def parser_for(app: Flask) -> type[HTTPRequestParser]:
         def received(self, data: bytes) -> int:
             consumed: int = super().received(data)
             if self.error is not None:
-                if isinstance(self.error, RequestEntityTooLarge):  # waitress' backstop
+                if self.error.code == 413:  # waitress' backstop
                     rule = self.rule or body_rule(app, *self._target())
                     if rule is not None:
                         self._refuse(too_large(rule))
                         return consumed
-                if not isinstance(self.error, RenderedError):
+                if getattr(self.error, "rendered", None) is None:  # not the app's own
                     self._refuse(BadRequest(str(self.error.body), self.error.code))
                 return consumed
             if self.headers_finished and not self.checked:

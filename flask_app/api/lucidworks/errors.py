@@ -7,13 +7,9 @@ from __future__ import annotations
 from http import HTTPStatus
 
 from flask import Response, jsonify
-from werkzeug.exceptions import HTTPException
 
-from flask_app.api.http.errors import NotAnApiError
-from flask_app.api.http.json_body import MalformedJSON
 from flask_app.api.http.messages import capped
 from flask_app.errors import Kind, ServiceError
-from flask_app.rag import ContextOverflow
 
 
 class NotFound(ServiceError):
@@ -49,32 +45,32 @@ _DOCUMENTED: dict[Kind, tuple[int, str]] = {
     Kind.MODEL_FAILED: (502, "Model backend error"),
 }
 
-# routing statuses and their spec §9 messages
-_ROUTING: dict[int, str] = {
-    413: "Request body too large",
-    401: "Unauthorized",
-    404: "Not Found: no such route under /ai/",
-    405: "Method Not Allowed",
-    400: "Malformed JSON request body",
+# codes whose status and message spec §9 fixes (routing's included)
+_BY_CODE: dict[str, tuple[int, str]] = {
+    "malformed_json": (400, "Malformed JSON request body"),
+    "context_overflow": (400, "Input exceeds the model context length"),
+    "http_400": (400, "Malformed JSON request body"),
+    "http_401": (401, "Unauthorized"),
+    "http_404": (404, "Not Found: no such route under /ai/"),
+    "http_405": (405, "Method Not Allowed"),
+    "http_413": (413, "Request body too large"),
+    "http_500": (500, "internal error"),
 }
 
 
-def status_and_message(exc: Exception) -> tuple[int, str, int | None]:
-    """(status, message, Retry-After) for `exc`; NotAnApiError when it
-    is not an API error (a server bug)."""
-    if isinstance(exc, HTTPException):
-        code = exc.code or 500
-        return code, _ROUTING.get(code) or exc.description or exc.name, None
-    if not isinstance(exc, ServiceError):
-        raise NotAnApiError
-    if isinstance(exc, MalformedJSON):
-        return 400, _ROUTING[400], None
-    if isinstance(exc, ContextOverflow):
-        return 400, "Input exceeds the model context length", None
-    status, message = _DOCUMENTED.get(exc.kind, (exc.status, exc.public_message))
+def status_and_message(exc: ServiceError) -> tuple[int, str, int | None]:
+    """(status, message, Retry-After) for `exc`."""
+    documented = _BY_CODE.get(exc.error_code) or _DOCUMENTED.get(exc.kind)
+    status, message = documented or (exc.status, exc.public_message)
     return status, message, exc.retry_after
 
 
-def render(exc: Exception) -> tuple[Response, int]:
+def render(exc: ServiceError) -> tuple[Response, int]:
     status, message, retry_after = status_and_message(exc)
     return _json(status, message, retry_after)
+
+
+def stream_error(exc: ServiceError) -> dict[str, object]:
+    """A stream's `error` event: the response body the request would have got."""
+    status, message, _ = status_and_message(exc)
+    return body(status, message)

@@ -25,6 +25,8 @@ MAX_RANKED = 20
 
 
 class InputTooLong(rag.RagError):
+    code = "context_overflow"
+
     def __init__(self) -> None:
         super().__init__("Input exceeds the model context length")
 

@@ -14,7 +14,6 @@ from flask.typing import ResponseReturnValue
 from flask_app.api.http import auth
 from flask_app.api.http import errors as http_errors
 from flask_app.api.http.disconnect import client_gone_probe
-from flask_app.api.http.errors import NotAnApiError
 from flask_app.api.http.extensions import (
     answer_config_of,
     services_of,
@@ -38,7 +37,6 @@ from flask_app.api.lucidworks.schemas import (
     without_secrets,
 )
 from flask_app.errors import Kind, ServiceError
-from flask_app.inference.errors import LLMTimeout
 from flask_app.rag.jobs import ERROR, JobFailed, Jobs, RetryLater, retry_later
 
 blueprint = Blueprint("lucidworks", __name__, url_prefix="/ai")
@@ -179,12 +177,7 @@ def _stream(rag_request: RagRequest) -> Response:
             )
             events.put(sse("done", body))
         except Exception as exc:
-            http_errors.log_server_fault(exc)
-            try:
-                status, message, _ = errors.status_and_message(exc)
-            except NotAnApiError:
-                status, message = 500, "internal error"
-            events.put(sse("error", errors.body(status, message)))
+            events.put(sse("error", errors.stream_error(http_errors.as_service_error(exc))))
         finally:
             events.put(None)
 
@@ -265,9 +258,9 @@ def _run_job(app: Flask, surface: Surface, jobs: Jobs, payload: dict[str, Any]) 
         with app.app_context():  # a collection's passages are read through the app
             rag_request = with_collection_documents(RagRequest.model_validate(payload["body"]))
         return predict_rag(surface, rag_request, tenant=jobs.current_owner())
-    except LLMTimeout:
-        raise RetryLater(1.0) from None
     except ServiceError as exc:
+        if exc.kind is Kind.TIMEOUT:
+            raise RetryLater(1.0) from None
         if (later := retry_later(exc)) is not None:
             raise later from None
         if exc.kind in _THE_REQUESTS_FAULT:  # e.g. a collection deleted since

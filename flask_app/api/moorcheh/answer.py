@@ -15,12 +15,12 @@ from flask.typing import ResponseReturnValue
 
 from flask_app import rag
 from flask_app.api.http.disconnect import client_gone_probe
-from flask_app.api.http.errors import log_server_fault
+from flask_app.api.http.errors import as_service_error
 from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
 from flask_app.api.http.json_body import json_object, validate
 from flask_app.api.http.openapi import operation
 from flask_app.api.http.sse import event_stream, sse
-from flask_app.api.moorcheh import scores
+from flask_app.api.moorcheh import errors, scores
 from flask_app.api.moorcheh.routes import kiosk_floor, parse_vector, top_k_value
 from flask_app.api.moorcheh.schemas import (
     Answer,
@@ -30,7 +30,6 @@ from flask_app.api.moorcheh.schemas import (
     StreamMeta,
     StreamToken,
 )
-from flask_app.inference.errors import LLMError, LLMTimeout
 from flask_app.inference.llm import LLM, ChatMessage, Sampling
 from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
 from flask_app.rag.retrieval import StoredCollection
@@ -186,12 +185,8 @@ def answer_stream() -> ResponseReturnValue:
             for delta in stream:
                 parts.append(delta)
                 yield sse("token", {"delta": delta})
-        except LLMTimeout as exc:
-            yield sse("error", {"message": f"LLM request failed: {exc}"})
-            return
-        except LLMError as exc:
-            log_server_fault(exc)
-            yield sse("error", {"message": "LLM request failed"})
+        except Exception as exc:
+            yield sse("error", errors.stream_error(as_service_error(exc)))
             return
         finally:
             stream.close()  # also runs when the client disconnects (GeneratorExit)

@@ -1,46 +1,45 @@
 """moorcheh-edge's error shape: `{"status": "error"|"failure", "message"}`
-(never an HTML page, never a 500 for bad input)."""
+(never an HTML page, never a 500 for bad input), for responses and for a
+stream's `error` event (`{"message"}`) from the same table."""
 
 from __future__ import annotations
 
-from flask import Response, current_app, jsonify
-from werkzeug.exceptions import HTTPException
+from typing import Any
 
-from flask_app.api.http.errors import NotAnApiError
+from flask import Response, current_app, jsonify
+
 from flask_app.api.http.messages import capped
 from flask_app.errors import ServiceError
-from flask_app.store import CapacityError
 
 
-def _json(status: int, message: str, retry_after: int | None = None) -> tuple[Response, int]:
-    # moorcheh-edge uses "failure" for conflicts with the store, "error" otherwise
-    word = "failure" if status == 409 else "error"
-    response = jsonify(status=word, message=capped(message))
-    if retry_after is not None:
-        response.headers["Retry-After"] = str(retry_after)
-    return response, status
+def _message(exc: ServiceError) -> str:
+    if exc.error_code == "http_413":
+        limit = current_app.config.get("MAX_CONTENT_LENGTH") or 0
+        return f"request body is larger than the limit of {limit} bytes (--max-body-mb)"
+    return exc.public_message
 
 
-def render(exc: Exception) -> tuple[Response, int]:
-    """The moorcheh-edge response for `exc` (NotAnApiError: not an API error)."""
-    if isinstance(exc, HTTPException):
-        if exc.code == 413:
-            limit = current_app.config.get("MAX_CONTENT_LENGTH") or 0
-            return _json(
-                413, f"request body is larger than the limit of {limit} bytes (--max-body-mb)"
-            )
-        return _json(exc.code or 500, exc.description or exc.name)
-    if isinstance(exc, CapacityError):
-        # Exact body moorcheh-edge clients check (`is_item_limit_exceeded`).
-        return jsonify(
-            status="failure",
-            message=capped(str(exc)),
-            items=exc.current,
-            max_items=exc.max_items,
-            requested_new=exc.requested_new,
-        ), 409
-    if isinstance(exc, ServiceError):
-        # moorcheh-edge said 400 for a failed model because its LLM was a remote
-        # Ollama; a model failing here is a server error (500), its message kept
-        return _json(exc.status, exc.public_message, exc.retry_after)
-    raise NotAnApiError
+def body(exc: ServiceError) -> dict[str, Any]:
+    """moorcheh-edge says "failure" for conflicts with the store, "error"
+    otherwise; a full store adds the counts its clients check
+    (`is_item_limit_exceeded`). A failed model is a 500 here (moorcheh-edge
+    said 400 because its LLM was a remote Ollama), its message kept."""
+    out: dict[str, Any] = {
+        "status": "failure" if exc.status == 409 else "error",
+        "message": capped(_message(exc)),
+    }
+    if exc.error_code == "item_limit_exceeded":
+        out.update(exc.details)
+    return out
+
+
+def render(exc: ServiceError) -> tuple[Response, int]:
+    response = jsonify(body(exc))
+    if exc.retry_after is not None:
+        response.headers["Retry-After"] = str(exc.retry_after)
+    return response, exc.status
+
+
+def stream_error(exc: ServiceError) -> dict[str, Any]:
+    """A stream's `error` event: the same message."""
+    return {"message": body(exc)["message"]}

@@ -28,7 +28,7 @@ from flask_app.api.http.json_body import (
     validate,
 )
 from flask_app.api.http.openapi import operation
-from flask_app.api.http.vectors import VectorError, check_matrix
+from flask_app.api.http.vectors import check_matrix, matrix
 from flask_app.api.moorcheh import bulk, scores
 from flask_app.api.moorcheh.schemas import (
     Cleared,
@@ -44,7 +44,6 @@ from flask_app.api.moorcheh.schemas import (
     Uploaded,
     UploadItem,
 )
-from flask_app.inference.embed import EmbeddingError
 from flask_app.rag.score_mapping import cosine_floor
 from flask_app.services import Services
 from flask_app.store import CollectionInfo, CollectionUnavailable
@@ -142,10 +141,7 @@ def _embed_items(items: list[UploadItem], model: str | None) -> tuple[Vector, st
     missing = [i for i, t in enumerate(texts) if not t.strip()]
     if missing:
         raise BadRequest(f"items[{missing[0]}].text is required when no vector is sent")
-    try:
-        return embedder.embed(texts, ids=[item.id for item in items]), embedder.model_id
-    except EmbeddingError as exc:
-        raise BadRequest(str(exc)) from None
+    return embedder.embed(texts, ids=[item.id for item in items]), embedder.model_id
 
 
 def _take_vectors(body: dict[str, Any], field: str) -> list[Any] | None:
@@ -163,19 +159,8 @@ def _matrix(vectors: list[Any], field: str) -> Vector:
     missing = [i for i, v in enumerate(vectors) if v is None]
     if missing:
         raise BadRequest(f"{field}[{missing[0]}]: either every item carries a vector or none does")
-    try:
-        matrix = simcore.matrix_from_lists(vectors, f"{field}[{{}}].vector")
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
-    return _checked(matrix, field)
-
-
-def _checked(matrix: Vector, field: str) -> Vector:
-    """The matrix's own checks: dimension range, finite, no zero rows."""
-    try:
-        return check_matrix(matrix, lambda i: f"{field}[{i}].vector", MIN_DIM, MAX_DIM)
-    except VectorError as exc:
-        raise BadRequest(str(exc)) from None
+    rows = matrix(vectors, f"{field}[{{}}].vector")
+    return check_matrix(rows, lambda i: f"{field}[{i}].vector", MIN_DIM, MAX_DIM)
 
 
 def _upload(
@@ -261,16 +246,15 @@ def _split_matrix(vectors: Vector | None, problem: str | None, field: str) -> Ve
     """simcore's split vectors, once the rest of the body has validated."""
     if problem is not None:
         raise BadRequest(problem)
-    return None if vectors is None else _checked(vectors, field)
+    if vectors is None:
+        return None
+    return check_matrix(vectors, lambda i: f"{field}[{i}].vector", MIN_DIM, MAX_DIM)
 
 
 def _bulk_upload() -> ResponseReturnValue:
     """Vectors as a .npy file with their ids alongside (`bulk`): vector mode."""
     parsed = bulk.parse(request)
-    try:
-        vectors = check_matrix(parsed.vectors, lambda i: f"vectors[{i}]", MIN_DIM, MAX_DIM)
-    except VectorError as exc:
-        raise BadRequest(str(exc)) from None
+    vectors = check_matrix(parsed.vectors, lambda i: f"vectors[{i}]", MIN_DIM, MAX_DIM)
     total = _edge().upsert(
         parsed.ids,
         vectors,
@@ -285,11 +269,7 @@ def _bulk_upload() -> ResponseReturnValue:
 
 def parse_vector(values: list[Any], field: str) -> Vector:
     """A client-sent query vector (numbers only, float32 range, not all zeros)."""
-    try:
-        matrix = simcore.matrix_from_lists([values], field)
-        vector: Vector = check_matrix(matrix, lambda _: field, 1, MAX_DIM)[0]
-    except (ValueError, VectorError) as exc:
-        raise BadRequest(str(exc)) from None
+    vector: Vector = check_matrix(matrix([values], field), lambda _: field, 1, MAX_DIM)[0]
     return vector
 
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Response, jsonify
-from werkzeug.exceptions import HTTPException
 
-from flask_app.api.http.errors import NotAnApiError
 from flask_app.api.http.messages import capped
 from flask_app.errors import Kind, ServiceError
 
 
-class OpenAIError(Exception):
+class OpenAIError(ServiceError):
+    """An error in OpenAI's own words: its `type`, `param` and `code`."""
+
+    code = "openai"
+
     def __init__(
         self,
         status: int,
@@ -22,13 +24,10 @@ class OpenAIError(Exception):
         code: str | None = None,
     ) -> None:
         super().__init__(message)
-        self.status, self.message, self.kind, self.param, self.code = (
-            status,
-            message,
-            kind,
-            param,
-            code,
-        )
+        self.status = status
+        self.message = message
+        self.kind = Kind.NOT_FOUND if status == 404 else Kind.INVALID
+        self.details = {"type": kind, "param": param, "code": code}
 
 
 def invalid(message: str, param: str | None = None, code: str | None = None) -> OpenAIError:
@@ -70,21 +69,33 @@ _DOCUMENTED: dict[Kind, tuple[int, str, str | None]] = {
 }
 
 
-def _classify(exc: Exception) -> tuple[OpenAIError, int | None]:
-    if isinstance(exc, OpenAIError):
-        return exc, None
-    if isinstance(exc, HTTPException):
-        return _routing_error(exc.code or 500, exc.description, exc.name), None
-    if not isinstance(exc, ServiceError):
-        raise NotAnApiError
+def shape(exc: ServiceError) -> tuple[int, dict[str, Any], int | None]:
+    """(status, body, Retry-After) of `exc` in OpenAI's shape."""
+    code = exc.error_code
+    if code == "openai":
+        d = exc.details
+        return (
+            exc.status,
+            body(exc.status, exc.public_message, d["type"], d["param"], d["code"]),
+            None,
+        )
+    if code.startswith("http_"):
+        return shape(_routing_error(exc.status, exc.public_message, exc.public_message))
     message = "The model failed." if exc.kind is Kind.MODEL_FAILED else exc.public_message
-    status, kind, code = _DOCUMENTED.get(exc.kind, (exc.status, "invalid_request_error", None))
-    return OpenAIError(status, message, kind, None, code), exc.retry_after
+    status, kind, openai_code = _DOCUMENTED.get(
+        exc.kind, (exc.status, "invalid_request_error", None)
+    )
+    return status, body(status, message, kind, None, openai_code), exc.retry_after
 
 
-def render(exc: Exception) -> tuple[Response, int]:
-    error, retry_after = _classify(exc)
-    response = jsonify(body(error.status, error.message, error.kind, error.param, error.code))
+def render(exc: ServiceError) -> tuple[Response, int]:
+    status, payload, retry_after = shape(exc)
+    response = jsonify(payload)
     if retry_after is not None:
         response.headers["Retry-After"] = str(retry_after)
-    return response, error.status
+    return response, status
+
+
+def stream_error(exc: ServiceError) -> dict[str, Any]:
+    """A stream's error chunk: the body the request would have got."""
+    return shape(exc)[1]

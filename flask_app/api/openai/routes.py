@@ -17,7 +17,7 @@ from flask.typing import ResponseReturnValue
 
 from flask_app.api.http import errors as http_errors
 from flask_app.api.http.disconnect import client_gone_probe
-from flask_app.api.http.errors import log_server_fault
+from flask_app.api.http.errors import as_service_error
 from flask_app.api.http.extensions import answer_config_of, services_of, settings_of
 from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import operation
@@ -34,7 +34,6 @@ from flask_app.api.openai.schemas import (
     OpenAIErrorBody,
     parse,
 )
-from flask_app.inference.errors import LLMError
 from flask_app.inference.llm import LLM, ChatMessage, Sampling, TokenStream
 from flask_app.rag import LLMNotConfigured
 from flask_app.rag.answer import AnswerStream, open_answer
@@ -199,9 +198,8 @@ def chat_completions() -> ResponseReturnValue:
             for delta in tokens:
                 parts.append(delta)
                 yield _chunk(cid, llm.model_id, created, {"content": delta}, None)
-        except LLMError as exc:
-            log_server_fault(exc)
-            error = errors.body(500, exc.public_message, "server_error", None, None)
+        except Exception as exc:
+            error = errors.stream_error(as_service_error(exc))
             yield b"data: " + orjson.dumps(error) + b"\n\n"
             return
         finally:
