@@ -55,6 +55,7 @@ DEPRECATED_NUMBERS: dict[str, tuple[float, Any]] = {
     "answer_refusal_probability": (1, OFF),
     "answer_probe": (0, OFF),
     "max_items": (0, OFF),
+    "replicas": (0, None),
 }
 
 
@@ -235,11 +236,11 @@ class Settings:
     shards: int = field(
         default=2, metadata=_help("shards per collection when --ray-address is given")
     )
-    replicas: int = field(
-        default=0,
+    replicas: int | None = field(
+        default=None,
         metadata=_help(
-            "chat model replicas on the cluster when --ray-address is given (0: one per "
-            "edgerag node); each loads the model from the same --model-dir path on its node"
+            "chat model replicas on the cluster when --ray-address is given (default: one "
+            "per edgerag node); each loads the model from the same --model-dir path on its node"
         ),
     )
 
@@ -288,7 +289,7 @@ class Settings:
                 "max_items must be >= 1 or off",
             ),
             (1 <= self.shards <= 1024, "shards must be 1..1024"),
-            (0 <= self.replicas <= 1024, "replicas must be 0..1024"),
+            (self.replicas is None or 1 <= self.replicas <= 1024, "replicas must be 1..1024"),
             (self.memory_turns >= 1, "memory_turns must be >= 1"),
             (self.memory_ttl_hours > 0, "memory_ttl_hours must be > 0"),
             (self.context_tokens >= 16, "context_tokens must be >= 16"),

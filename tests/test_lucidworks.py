@@ -285,7 +285,7 @@ def test_model_config_is_honoured_and_secrets_ignored(
     }
     p = prediction(client.post(RAG, json={**T1, "modelConfig": config}))
     drawn = backend.samplings[-1]
-    assert (drawn.temperature, drawn.top_p, drawn.top_k) == (0.9, 0.5, 0)
+    assert (drawn.temperature, drawn.top_p, drawn.top_k) == (0.9, 0.5, None)
     assert (drawn.presence_penalty, drawn.frequency_penalty) == (1.5, -0.5)
     assert p["response"] == "SOURCES:\n- 0\nANSWER: The"  # maxTokens: 5 pieces
     assert "sk-secret-value" not in caplog.text

@@ -70,7 +70,7 @@ def test_a_seed_repeats_a_sampled_answer(llm: LLM) -> None:
     messages = ask("Write one sentence about a lighthouse.", system="Be creative.")
 
     def draw(seed: int) -> str:
-        sampling = Sampling(temperature=1.2, top_p=1.0, top_k=0, seed=seed)
+        sampling = Sampling(temperature=1.2, top_p=1.0, top_k=None, seed=seed)
         with llm.stream(messages, max_tokens=24, sampling=sampling) as tokens:
             return "".join(tokens)
 

@@ -64,6 +64,8 @@ class RecordsHost:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
+        if method not in METHODS[kind]:
+            raise AttributeError(f"{kind} records have no method {method!r}")
         key = (kind, tuple(sorted(options.items())))
         with self._lock:
             record = self._open.get(key)
@@ -78,7 +80,9 @@ class RecordsHost:
 class Remote:
     """One record the actor holds, called as if it were here: a record's own
     error is raised as it is; an actor that does not answer in `timeout`
-    raises RecordsUnavailable (503)."""
+    raises RecordsUnavailable (503). Its methods are those of the record's
+    class, made once at import (`_proxy`): a name the class lacks is an
+    AttributeError here, not a failed call on the cluster."""
 
     def __init__(self, actor: Any, kind: str, options: dict[str, Any], timeout: float) -> None:
         self._actor = actor
@@ -86,28 +90,48 @@ class Remote:
         self._options = options
         self._timeout = timeout
 
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        if method.startswith("_"):
-            raise AttributeError(method)
+    def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        ref = actor_call.call(
+            self._actor, RecordsHost.call, self._kind, self._options, method, args, kwargs
+        )
+        try:
+            return ray.get(ref, timeout=self._timeout)
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
+                raise cause from None
+            raise RecordsUnavailable(f"the records actor failed: {exc}") from exc
+        except ray.exceptions.RayError as exc:
+            raise RecordsUnavailable(
+                f"the records actor did not answer ({type(exc).__name__}): restarting, "
+                "or its node is down; retry later"
+            ) from exc
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            ref = actor_call.call(
-                self._actor, RecordsHost.call, self._kind, self._options, method, args, kwargs
-            )
-            try:
-                return ray.get(ref, timeout=self._timeout)
-            except ray.exceptions.RayTaskError as exc:
-                cause = exc.cause
-                if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
-                    raise cause from None
-                raise RecordsUnavailable(f"the records actor failed: {exc}") from exc
-            except ray.exceptions.RayError as exc:
-                raise RecordsUnavailable(
-                    f"the records actor did not answer ({type(exc).__name__}): restarting, "
-                    "or its node is down; retry later"
-                ) from exc
 
-        return call
+def public_methods(cls: type) -> frozenset[str]:
+    """The methods a server may call on a record of `cls`."""
+    return frozenset(
+        name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name))
+    )
+
+
+def _forward(method: str) -> Callable[..., Any]:
+    def call(self: Remote, *args: Any, **kwargs: Any) -> Any:
+        return self._call(method, args, kwargs)
+
+    call.__name__ = method
+    return call
+
+
+def _proxy(cls: type) -> type[Remote]:
+    methods = {name: _forward(name) for name in public_methods(cls)}
+    return type(f"Remote{cls.__name__}", (Remote,), methods)
+
+
+# the records the actor holds: each one's class, and its proxy here
+RECORDS: dict[str, type] = {"catalog": Catalog, "conversations": Conversations, "jobs": JobTable}
+PROXIES: dict[str, type[Remote]] = {kind: _proxy(cls) for kind, cls in RECORDS.items()}
+METHODS: dict[str, frozenset[str]] = {kind: public_methods(cls) for kind, cls in RECORDS.items()}
 
 
 class ClusterRecords:
@@ -147,7 +171,7 @@ class ClusterRecords:
         return {}
 
     def _remote(self, kind: str, **options: Any) -> Any:
-        return Remote(self.actor, kind, options, self.timeout)
+        return PROXIES[kind](self.actor, kind, options, self.timeout)
 
     def catalog(self) -> Catalog:
         return cast(Catalog, self._remote("catalog"))

@@ -327,11 +327,11 @@ class ReplicaBackend:
         n_ctx: int,
         n_threads: int,
         model_id: str | None,
-        count: int,
+        count: int | None,
         embed_path: Path | None = None,
         n_seq: int = 8,
     ) -> ReplicaBackend:
-        """Reach (or start) `count` replicas of the model at `path` (0: one per
+        """Reach (or start) `count` replicas of the model at `path` (None: one per
         edgerag node), each with at most `n_threads` threads and its share of
         its node's Ray CPUs; the file must be at that path on every node."""
         local = LlamaBackend(path, n_ctx=n_ctx, model_id=model_id, vocab_only=True)

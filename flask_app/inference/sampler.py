@@ -19,11 +19,11 @@ Logits = npt.NDArray[np.float32]
 
 @dataclass(frozen=True)
 class Sampling:
-    """How tokens are drawn. `top_k` 0 = no top-k cut; penalties as in OpenAI's API."""
+    """How tokens are drawn (`top_k` None: no top-k cut); penalties as in OpenAI's API."""
 
     temperature: float = 0.2
     top_p: float = 0.95
-    top_k: int = 40
+    top_k: int | None = 40
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     stop: tuple[str, ...] = ()
@@ -53,7 +53,7 @@ def draw(logits: Logits, sampling: Sampling, rng: np.random.Generator, drawn: Co
     row = penalised(logits, sampling, drawn)
     if sampling.greedy:
         return int(np.argmax(row))
-    if 0 < sampling.top_k < row.shape[0]:
+    if sampling.top_k is not None and sampling.top_k < row.shape[0]:
         ids = np.argpartition(row, -sampling.top_k)[-sampling.top_k :]
     else:
         ids = np.arange(row.shape[0])

@@ -47,7 +47,7 @@ def sampling(config: ModelConfig) -> Sampling:
     return Sampling(
         temperature=d.temperature if config.temperature is None else float(config.temperature),
         top_p=d.top_p if config.topP is None else float(config.topP),
-        top_k=d.top_k if config.topK is None else max(0, config.topK),  # -1: off
+        top_k=d.top_k if config.topK is None else (config.topK if config.topK > 0 else None),
         presence_penalty=float(config.presencePenalty or 0.0),
         frequency_penalty=float(config.frequencyPenalty or 0.0),
     )
