@@ -17,7 +17,7 @@ import pytest
 
 from flask_app import simcore
 from flask_app.store import Collection, DuplicateIds
-from flask_app.store import collection as collection_module
+from flask_app.store import collection_writes as collection_module
 
 DIM = 16
 
@@ -139,7 +139,7 @@ def test_a_failed_row_write_undoes_the_batch_after_its_append_lands(
     def broken(*_: Any) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(collection_module, "_index_text", broken)
+    monkeypatch.setattr(collection_module, "index_text", broken)
     with pytest.raises(sqlite3.OperationalError):
         c.upsert(["b"], vectors(1, 1), ["t"], [None], mode="vector", embedding_model=None)
     assert index.started.is_set()

@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flask_app import simcore
-from flask_app.api.http.json_body import BadRequest, parse_object
+from flask_app.api.http.json_body import parse_object
 from flask_app.api.moorcheh import routes
+from flask_app.errors import ServiceError
 
 DIM = 128
 
@@ -33,8 +34,8 @@ def outcome(upload: Any, raw: bytes, monkeypatch: pytest.MonkeyPatch) -> tuple[A
     monkeypatch.setattr(routes, "_upload", stored)
     try:
         return upload(raw)  # type: ignore[no-any-return]
-    except BadRequest as exc:
-        return ("error", exc.status, exc.message)
+    except ServiceError as exc:
+        return ("error", exc.status, str(exc))
 
 
 def old_way(raw: bytes) -> Any:
