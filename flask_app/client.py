@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -45,7 +45,9 @@ class EdgeragError(Exception):
         )
 
 
-class Client:
+class Connection:
+    """A session with the server: requests, and its errors as EdgeragError."""
+
     def __init__(self, base_url: str = "http://localhost:8080", timeout: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
@@ -54,7 +56,7 @@ class Client:
     def close(self) -> None:
         self.session.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -93,6 +95,10 @@ class Client:
         if not isinstance(body, dict):
             raise EdgeragError("response is not a JSON object", response.status_code, body)
         return body
+
+
+class Client(Connection):
+    """The moorcheh-edge surface: the store, search and answers."""
 
     # --- data API -------------------------------------------------------------
 
