@@ -13,7 +13,6 @@ pub mod quant;
 pub mod search;
 pub mod topk;
 pub mod upload;
-pub mod upload_fast;
 
 #[cfg(feature = "python")]
 mod python {

@@ -5,10 +5,10 @@
 //! left to the caller's JSON parser to check, as it checks the whole rest.
 //! Anything else (an escaped key, a repeated `vector`, a vector that is not
 //! all numbers, a length that differs) is not this scanner's to judge: it
-//! answers None and `upload::split_upload` reads the body with serde, which
+//! answers None and `parse` reads the body with serde, which
 //! names every problem.
 
-use crate::upload::{Matrix, Split};
+use super::types::{Matrix, Split};
 
 /// The body split, or None when it is not the usual shape (see above).
 pub fn split(body: &[u8]) -> Option<Split> {

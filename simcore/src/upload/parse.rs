@@ -1,8 +1,5 @@
-//! A JSON upload body split in one pass: every item's `vector` parsed
-//! straight from the bytes into one float32 matrix, and the rest of the body
-//! (ids, text, metadata, options) handed back as JSON without the vectors, so
-//! the caller validates it as before but never makes a number object per
-//! value. Other values are copied as their raw JSON text, unchanged.
+//! The serde path of an upload split: every body `fast` does not take,
+//! every problem named in the words the element-by-element conversion uses.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -11,56 +8,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, SeqAccess, Visi
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-/// The body's vectors as rows of one matrix (row i is item i).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Matrix {
-    pub rows: usize,
-    pub dim: usize,
-    pub values: Vec<f32>,
-}
-
-/// What is wrong with the vectors; the message names the item, in the words
-/// the element-by-element conversion uses.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Problem {
-    /// Some items carry a vector and some do not.
-    Mixed(String),
-    /// A vector that is not a list, or holds something other than numbers.
-    NotNumbers(String),
-    /// A row whose length differs from the first row's.
-    Dimension(String),
-    /// A number outside the float32 range.
-    NonFinite(String),
-}
-
-impl Problem {
-    pub fn message(&self) -> &str {
-        match self {
-            Self::Mixed(m) | Self::NotNumbers(m) | Self::Dimension(m) | Self::NonFinite(m) => m,
-        }
-    }
-}
-
-/// A body split into its vectors and the rest.
-#[derive(Debug)]
-pub struct Split {
-    /// The array the vectors came from: `items`, or the legacy `vectors`.
-    pub field: &'static str,
-    /// The body as JSON with every item's `vector` key removed.
-    pub rest: Vec<u8>,
-    /// None when no item carries a vector.
-    pub vectors: Result<Option<Matrix>, Problem>,
-}
-
-/// Splits an upload body. None when the body is not one this function
-/// handles (not a JSON object, no `items` or `vectors` array of objects, both
-/// of them, malformed JSON): the caller then parses it the ordinary way,
-/// which also gives the ordinary error for it. The rest may still be
-/// malformed JSON (the usual shape's scanner copies values unchecked): the
-/// caller's parse of it finds that.
-pub fn split_upload(body: &[u8]) -> Option<Split> {
-    crate::upload_fast::split(body).or_else(|| split_with_serde(body))
-}
+use super::fast::vector_numbers;
+use super::types::{Matrix, Problem, Split};
 
 /// `split_upload` by serde: every body it takes, every problem named.
 pub fn split_with_serde(body: &[u8]) -> Option<Split> {
@@ -292,7 +241,7 @@ fn take_vectors(field: &str, objects: &mut [Object]) -> Option<Result<Option<Mat
             &mut scratch
         };
         let start = buffer.len();
-        let problem = if crate::upload_fast::vector_numbers(text.as_bytes(), buffer) {
+        let problem = if vector_numbers(text.as_bytes(), buffer) {
             None
         } else {
             // not all float32 numbers: serde reads the row again and names why
@@ -438,6 +387,7 @@ impl<'de> Visitor<'de> for ElementVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upload::split_upload;
 
     fn split(body: &str) -> Split {
         split_with_serde(body.as_bytes()).expect("handled")
