@@ -267,7 +267,7 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
             ),
         }
     for r in answerable:
-        r.setdefault("wrong", bool(r["found"]) and not r["correct"])
+        r.setdefault("wrong", bool(r.get("found", True)) and not r["correct"])
     squad = [r for r in answerable if "squad_f1" in r]
     metrics = {}
     if squad:

@@ -1,9 +1,11 @@
-"""Grounded answers, verified before they are sent.
+"""Grounded answers, verified before they are sent: the one answer path
+every surface takes (each supplies its question's form: system prompt,
+labels, refusal).
 
-    grounding = ground(llm, retriever, question, config)
-    with open_answer(llm, grounding, question, config) as answer:
-        for delta in answer: ...
-    answer.outcome
+    with answer(llm, retriever, question, config) as stream:
+        stream.grounding   # the passages and evidence the prompt holds
+        for delta in stream: ...
+    stream.outcome
 
 1. **Ground**: the retriever's best passages are cut into evidence units;
    the best few (with their neighbours) go into a short prompt in the
@@ -233,6 +235,10 @@ class AnswerStream:
         self._written = 0
 
     @property
+    def grounding(self) -> Grounding:
+        return self._grounding
+
+    @property
     def outcome(self) -> Outcome:
         """How the answer ended (RuntimeError before its last delta was taken)."""
         if self._outcome is None:
@@ -396,3 +402,23 @@ def open_answer(
         )
     generation = llm.generate(grounding.prompt.messages, ask, timeout=timeout, abandoned=abandoned)
     return AnswerStream(generation, grounding, question, config, verifier)
+
+
+def answer(
+    llm: LLM | None,
+    retriever: retrieval.Retriever | None,
+    question: Question,
+    config: AnswerConfig,
+    *,
+    abandoned: Callable[[], bool] | None = None,
+    timeout: float | None = None,
+) -> AnswerStream:
+    """Ground `question` in `retriever`'s passages (None: nothing to retrieve
+    from, the fixed sentence) and start its answer: the one call every
+    surface makes (raises what `ground` and `open_answer` raise)."""
+    if llm is None:
+        raise LLMNotConfigured()
+    grounding = (
+        Grounding.nothing() if retriever is None else ground(llm, retriever, question, config)
+    )
+    return open_answer(llm, grounding, question, config, abandoned=abandoned, timeout=timeout)

@@ -39,8 +39,9 @@ from flask_app.api.http.request_ids import request_id
 from flask_app.api.http.sse import event_stream, sse
 from flask_app.file_collections.names import PRINCIPALS_MAX
 from flask_app.inference.llm import ChatMessage
+from flask_app.rag import answer as rag_answer
 from flask_app.rag import evidence, prompts
-from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
+from flask_app.rag.answer import AnswerStream, Grounding
 from flask_app.store.catalog import CollectionRecord, FileRecord
 
 blueprint = Blueprint("engine_answer", __name__)
@@ -231,18 +232,15 @@ def start_answer(
         answer_config_of(current_app), evidence_units=units, piece_blocks=True, evidence_only=True
     )
     retriever = collections.retriever(collection, files, spans, question)
-    if retriever is not None:
-        grounding = ground(services.llm, retriever, question, config)
-    else:
-        grounding = Grounding.nothing()
-    stream = open_answer(
+    stream = rag_answer.answer(
         services.llm,
-        grounding,
+        retriever,
         question,
         config,
         abandoned=abandoned,
         timeout=max(0.1, deadline - time.monotonic()),
     )
+    grounding = stream.grounding
     by_id = {f.file_id: f for f in files}
     used = effort_credits if credits is None else credits
     return stream, _Reply(rid, ask, grounding, by_id, spans, used)

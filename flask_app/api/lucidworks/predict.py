@@ -14,8 +14,9 @@ from flask_app import rag
 from flask_app.api.lucidworks import output
 from flask_app.api.lucidworks.schemas import ModelConfig, RagRequest
 from flask_app.inference.llm import ChatMessage, Sampling
+from flask_app.rag import answer as rag_answer
 from flask_app.rag import evidence
-from flask_app.rag.answer import AnswerConfig, Grounding, ground, open_answer
+from flask_app.rag.answer import AnswerConfig, Grounding
 from flask_app.rag.memory import Conversations, Turn, as_history, scoped
 from flask_app.rag.retrieval import Document, RequestDocuments
 from flask_app.services import Services
@@ -143,12 +144,13 @@ def predict_rag(
         )
         retriever = RequestDocuments(documents, surface.services.embedder)
         try:
-            grounding = ground(llm, retriever, question, config)
+            stream = rag_answer.answer(llm, retriever, question, config, abandoned=abandoned)
         except rag.ContextOverflow:
             raise InputTooLong() from None
+        grounding = stream.grounding
         deltas = output.AnswerDeltas()
         parts: list[str] = []
-        with open_answer(llm, grounding, question, config, abandoned=abandoned) as stream:
+        with stream:
             for delta in stream:
                 parts.append(delta)
                 if on_delta is not None and (text := deltas.feed(delta)):

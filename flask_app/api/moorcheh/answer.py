@@ -31,7 +31,8 @@ from flask_app.api.moorcheh.schemas import (
     StreamToken,
 )
 from flask_app.inference.llm import LLM, ChatMessage, Sampling
-from flask_app.rag.answer import AnswerStream, Grounding, ground, open_answer
+from flask_app.rag import answer as rag_answer
+from flask_app.rag.answer import AnswerStream, Grounding
 from flask_app.rag.retrieval import StoredCollection
 
 blueprint = Blueprint("moorcheh_answer", __name__)
@@ -61,30 +62,28 @@ def _question(body: Answer) -> rag.Question:
     )
 
 
-def _prepare() -> tuple[rag.Question, Grounding]:
-    """Validate, retrieve and select the evidence (no model wait yet)."""
+def _start() -> tuple[rag.Question, AnswerStream]:
+    """Validate, then the one answer path: retrieval, evidence, a place at
+    the model (503 when the queue is full) and the answer's start."""
     question = _question(validate(Answer, json_object(request)))
     services = services_of(current_app)
     if services.llm is None:
         raise rag.LLMNotConfigured()
     collection = services.store.edge()
-    if collection.info().dimension is None:
-        return question, Grounding.nothing()
-    vector = rag.query_vector(collection, question, services.embedder)
-    config = answer_config_of(current_app)
-    retriever = StoredCollection(collection, vector, question.metadata, embedder=services.embedder)
-    return question, ground(services.llm, retriever, question, config)
-
-
-def _open(question: rag.Question, grounding: Grounding) -> AnswerStream:
-    """Queue for the model (503 when the queue is full) and start the answer."""
-    return open_answer(
-        services_of(current_app).llm,
-        grounding,
+    retriever = None
+    if collection.info().dimension is not None:
+        vector = rag.query_vector(collection, question, services.embedder)
+        retriever = StoredCollection(
+            collection, vector, question.metadata, embedder=services.embedder
+        )
+    stream = rag_answer.answer(
+        services.llm,
+        retriever,
         question,
         answer_config_of(current_app),
         abandoned=client_gone_probe(),
     )
+    return question, stream
 
 
 def _sources(grounding: Grounding) -> list[dict[str, Any]]:
@@ -142,11 +141,12 @@ def _rounded(seconds: float | None) -> float | None:
     error=MoorchehError,
 )
 def answer() -> ResponseReturnValue:
-    question, grounding = _prepare()
+    question, stream = _start()
     llm = services_of(current_app).llm
     assert llm is not None
-    with _open(question, grounding) as stream:
+    with stream:
         text = "".join(stream)
+    grounding = stream.grounding
     return jsonify(_result(llm, question, grounding, _sources(grounding), stream, text))
 
 
@@ -165,11 +165,11 @@ def answer() -> ResponseReturnValue:
     error=MoorchehError,
 )
 def answer_stream() -> ResponseReturnValue:
-    question, grounding = _prepare()
+    # the model taken (or a 503) before the response starts
+    question, stream = _start()
     llm = services_of(current_app).llm
     assert llm is not None
-    # Take the model (or fail with 503) before the response starts.
-    stream = _open(question, grounding)
+    grounding = stream.grounding
     sources = _sources(grounding)
     meta = {
         "model": llm.model_id,

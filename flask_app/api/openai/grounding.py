@@ -17,24 +17,29 @@ from typing import Any
 from flask import current_app
 
 from flask_app import rag
-from flask_app.api.http.extensions import answer_config_of, collections_of, services_of
+from flask_app.api.http.disconnect import client_gone_probe
+from flask_app.api.http.extensions import collections_of, services_of
 from flask_app.api.openai import errors
 from flask_app.api.openai.schemas import EDGE_STORE, ChatRequest, RagOptions
 from flask_app.inference.llm import ChatMessage, Sampling
+from flask_app.rag import answer as rag_answer
 from flask_app.rag import prompts
-from flask_app.rag.answer import Grounding, ground
-from flask_app.rag.retrieval import StoredCollection
+from flask_app.rag.answer import AnswerConfig, AnswerStream, Grounding
+from flask_app.rag.retrieval import Retriever, StoredCollection
 
 
 @dataclass(frozen=True)
-class GroundedQuestion:
+class GroundedAnswer:
     question: rag.Question
-    grounding: Grounding
+    stream: AnswerStream
     sources: list[dict[str, Any]]  # as returned in `rag.sources`
 
 
-def ground_chat(chat: ChatRequest, options: RagOptions, sampling: Sampling) -> GroundedQuestion:
-    """Retrieve and select the evidence for the last user message (no model wait yet)."""
+def grounded_answer(
+    chat: ChatRequest, options: RagOptions, sampling: Sampling, config: AnswerConfig
+) -> GroundedAnswer:
+    """The last user message through the one answer path, over the collection
+    `options` name, with the sources the `rag` extension reports."""
     messages = chat.messages
     if messages[-1].role != "user":
         raise errors.invalid("messages: a grounded chat ends with a user message", "messages")
@@ -55,23 +60,24 @@ def ground_chat(chat: ChatRequest, options: RagOptions, sampling: Sampling) -> G
         form=form,
     )
     services = services_of(current_app)
-    config = answer_config_of(current_app)
+
+    def start(retriever: Retriever | None) -> AnswerStream:
+        return rag_answer.answer(
+            services.llm, retriever, question, config, abandoned=client_gone_probe()
+        )
+
     if options.collection == EDGE_STORE:
         store = services.store.edge()
         if store.info().dimension is None:
-            return GroundedQuestion(question, Grounding.nothing(), [])
+            return GroundedAnswer(question, start(None), [])
         vector = rag.query_vector(store, question, services.embedder)
-        grounding = ground(
-            services.llm,
-            StoredCollection(store, vector, embedder=services.embedder),
-            question,
-            config,
-        )
+        stream = start(StoredCollection(store, vector, embedder=services.embedder))
+        grounding = stream.grounding
         sources = [
             {"id": h.id, "text": h.text, "score": round(h.score, 4), "metadata": h.metadata}
             for h in grounding.sources
         ]
-        return GroundedQuestion(question, grounding, sources)
+        return GroundedAnswer(question, stream, sources)
     collections = collections_of(current_app)
     record = collections.find(options.collection)
     if record is None:
@@ -92,8 +98,9 @@ def ground_chat(chat: ChatRequest, options: RagOptions, sampling: Sampling) -> G
     spans = collections.catalog.spans_of([f.file_id for f in files])
     retriever = collections.retriever(record, files, spans, question)
     if retriever is None:
-        return GroundedQuestion(question, Grounding.nothing(), [])
-    grounding = ground(services.llm, retriever, question, config)
+        return GroundedAnswer(question, start(None), [])
+    stream = start(retriever)
+    grounding = stream.grounding
     by_id = {f.file_id: f for f in files}
     sources = []
     for hit, piece in zip(grounding.sources, _pieces_by_source(grounding), strict=True):
@@ -108,7 +115,7 @@ def ground_chat(chat: ChatRequest, options: RagOptions, sampling: Sampling) -> G
                 "path": record_of.path if record_of else None,
             }
         )
-    return GroundedQuestion(question, grounding, sources)
+    return GroundedAnswer(question, stream, sources)
 
 
 def _pieces_by_source(grounding: Grounding) -> list[str]:

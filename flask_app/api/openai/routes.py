@@ -23,7 +23,7 @@ from flask_app.api.http.json_body import json_object
 from flask_app.api.http.openapi import operation
 from flask_app.api.http.sse import event_stream
 from flask_app.api.openai import errors
-from flask_app.api.openai.grounding import ground_chat
+from flask_app.api.openai.grounding import grounded_answer
 from flask_app.api.openai.schemas import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -36,7 +36,7 @@ from flask_app.api.openai.schemas import (
 )
 from flask_app.inference.llm import LLM, ChatMessage, Sampling, TokenStream
 from flask_app.rag import LLMNotConfigured
-from flask_app.rag.answer import AnswerStream, open_answer
+from flask_app.rag.answer import AnswerStream
 from flask_app.rag.prompts import is_refusal
 
 blueprint = Blueprint("openai", __name__, url_prefix="/v1")
@@ -132,12 +132,10 @@ def chat_completions() -> ResponseReturnValue:
     tokens: TokenStream | AnswerStream
     sources: list[dict[str, Any]] | None = None  # grounded: the `rag.sources` extension
     if chat.rag is not None:
-        grounded = ground_chat(chat, chat.rag, _sampling(chat))
         config = replace(answer_config_of(current_app), max_tokens=limit)
-        tokens = open_answer(
-            llm, grounded.grounding, grounded.question, config, abandoned=client_gone_probe()
-        )
-        prompt = grounded.grounding.prompt
+        grounded = grounded_answer(chat, chat.rag, _sampling(chat), config)
+        tokens = grounded.stream
+        prompt = grounded.stream.grounding.prompt
         prompt_tokens = prompt.prompt_tokens if prompt is not None else 0
         sources = grounded.sources
     else:
