@@ -162,6 +162,98 @@ def auc(y: Array, score: Array) -> float:
     return float(roc_auc_score(y, score)) if 0 < y.sum() < len(y) else float("nan")
 
 
+# --- the second stage: the probe's logit beside what else the server knows ---------
+
+COMBINED = ("agreement", "logprob", "grounded")
+
+
+def features(
+    rows: Rows, llm: str, probe: Probe, samples: int | None, logits: Array | None = None
+) -> tuple[dict[str, Array], Array, np.ndarray, np.ndarray]:
+    """Per candidate of `candidate_table` (same order): each feature the
+    verifier may weigh (NaN: not measurable), its label, question and
+    candidate index. `logits`: the probe's, when given (out of fold)."""
+    x, y, qs, cs = candidate_table(rows, probe.reads, probe.layer, llm, samples)
+    values: dict[str, list[float]] = {name: [] for name in COMBINED}
+    for qi, ci in zip(qs, cs, strict=True):
+        row = rows.questions[int(qi)]
+        shown = row["candidates"][: None if samples is None else samples + 1]
+        texts = [c["text"].strip() for c in shown]
+        text = texts[int(ci)]
+        others = [t for j, t in enumerate(texts) if j != ci]
+        logprobs = shown[int(ci)].get("logprobs") or []
+        found = {
+            "agreement": verifier.agreement(text, others),
+            "logprob": float(np.mean(logprobs)) if logprobs else None,
+            "grounded": verifier.grounded(text, row.get("prompt", "")),
+        }
+        for name in COMBINED:
+            value = found[name]
+            values[name].append(np.nan if value is None else float(value))
+    out = {name: np.asarray(v, dtype=np.float64) for name, v in values.items()}
+    out["correct"] = probe.logits(x) if logits is None else logits
+    return out, y, qs, cs
+
+
+@dataclass(frozen=True)
+class Model:
+    """What the file holds: the probe, and the weights of the second stage."""
+
+    probe: Probe
+    weights: dict[str, float]  # by feature ("correct": the probe's logit)
+    bias: float
+    fill: dict[str, float]  # a feature that cannot be measured takes this
+
+    def probabilities(
+        self, rows: Rows, llm: str, samples: int | None
+    ) -> tuple[Array, np.ndarray, np.ndarray]:
+        values, _, qs, cs = features(rows, llm, self.probe, samples)
+        z = np.full(len(qs), self.bias)
+        for name, weight in self.weights.items():
+            column = values[name]
+            z += weight * np.where(np.isnan(column), self.fill.get(name, 0.0), column)
+        return 1 / (1 + np.exp(-z)), qs, cs
+
+    def scaled(self, a: float, b: float) -> Model:
+        """sigmoid(a * z + b) instead of sigmoid(z): calibrated."""
+        return Model(
+            self.probe,
+            {k: a * w for k, w in self.weights.items()},
+            a * self.bias + b,
+            self.fill,
+        )
+
+
+def stage_one(probe: Probe) -> Model:
+    return Model(probe, {"correct": 1.0}, 0.0, {})
+
+
+def out_of_fold_logits(rows: Rows, reads: str, layer: int, llm: str, c: float) -> Array:
+    """The probe's logit of every train candidate from a fit without its article."""
+    from sklearn.model_selection import GroupKFold
+
+    x, y, qs, _ = candidate_table(rows, reads, layer, llm)
+    groups = np.array([rows.questions[int(q)]["group"] for q in qs])
+    out = np.zeros(len(y))
+    for train, held in GroupKFold(5).split(x, y, groups):
+        out[held] = fit_probe(x[train], y[train], reads, layer, c).logits(x[held])
+    return out
+
+
+def fit_second_stage(rows: Rows, llm: str, probe: Probe, oof: Array, names: Sequence[str]) -> Model:
+    """Weights for the probe's (out-of-fold) logit and `names`, fitted on train."""
+    values, y, _, _ = features(rows, llm, probe, None, oof)
+    fill = {name: float(np.nanmean(values[name])) for name in names}
+    columns = ["correct", *names]
+    matrix = np.column_stack(
+        [np.where(np.isnan(values[n]), fill.get(n, 0.0), values[n]) for n in columns]
+    )
+    model = LogisticRegression(C=1.0, max_iter=2000, tol=1e-8)
+    model.fit(matrix, y)
+    weights = {n: float(w) for n, w in zip(columns, model.coef_[0], strict=True)}
+    return Model(probe, weights, float(model.intercept_[0]), fill)
+
+
 # --- serving, simulated ---------------------------------------------------------
 
 
@@ -187,12 +279,13 @@ class Outcome:
 
 
 def choices(
-    rows: Rows, probe: Probe, llm: str, samples: int, accept: float | None
+    rows: Rows, model: Model | Probe, llm: str, samples: int, accept: float | None
 ) -> list[tuple[float | None, str | None]]:
     """Per question, as served: (the chosen answer's P(right), its grade);
     (None, None) when every candidate was a refusal."""
-    x, _, qs, cs = candidate_table(rows, probe.reads, probe.layer, llm, samples)
-    p = 1 / (1 + np.exp(-probe.logits(x))) if len(x) else np.zeros(0)
+    if isinstance(model, Probe):
+        model = stage_one(model)
+    p, qs, cs = model.probabilities(rows, llm, samples)
     by_question: dict[int, list[tuple[int, float]]] = {}
     for qi, ci, pi in zip(qs, cs, p, strict=True):
         by_question.setdefault(int(qi), []).append((int(ci), float(pi)))
@@ -332,9 +425,41 @@ def dev_right(devs: dict[str, Rows], chosen: dict[str, Any], t: float) -> dict[s
     return {f: outcome(devs[f], chosen[f], t) for f in devs}
 
 
+def policy_for(
+    llm: str, devs: dict[str, Rows], model: Model, samples_options: Sequence[int]
+) -> tuple[float, int, float | None, float] | None:
+    """The samples and accept point with the most right answers on dev at the
+    decline target: (mean right share, samples, accept, threshold)."""
+    best: tuple[float, int, float | None, float] | None = None
+    stage_two = set(model.weights) != {"correct"}
+    for samples in samples_options:
+        for accept in ACCEPTS:
+            # a greedy answer sure on its own needs no samples; the second
+            # stage reads the candidates together, so it scores them all
+            if (samples == 0 or stage_two) and accept is not None:
+                continue
+            picks = {f: choices(rows, model, llm, samples, accept) for f, rows in devs.items()}
+            t = threshold_for(llm, devs, picks)
+            if t is None:
+                continue
+            outcomes = dev_right(devs, picks, t)
+            right = float(np.mean([o.right_share for o in outcomes.values()]))
+            shown = ", ".join(
+                f"{f} {o.right_share:.1%} right / {o.wrong_share:.1%} wrong / "
+                f"{o.declined_share:.1%} declined"
+                for f, o in outcomes.items()
+            )
+            print(f"  K {samples} accept {accept}: t {t:.3f}: {shown}", flush=True)
+            # a sample more must buy a point: each costs time to first token
+            if best is None or right > best[0] + 0.01 * (samples - best[1]):
+                best = (right, samples, accept, t)
+    return best
+
+
 def choose(llm: str) -> dict[str, Any]:
-    """Stage by stage on dev: the state and C by AUC, then the samples and
-    accept point by the right answers at the decline target."""
+    """Stage by stage on dev: the state and C by AUC; then, with the probe
+    alone and beside each set of the other features, the samples and accept
+    point by the right answers at the decline target."""
     train, devs = train_rows(llm), dev_rows(llm)
     best: tuple[float, str, int, float] | None = None
     for reads in READS:
@@ -356,33 +481,23 @@ def choose(llm: str) -> dict[str, Any]:
     _, reads, layer, c = best
     x, y, _, _ = candidate_table(train, reads, layer, llm)
     probe = fit_probe(x, y, reads, layer, c)
-    policy: tuple[float, int, float | None, float] | None = None
-    for samples in SAMPLES:
-        for accept in ACCEPTS:
-            if samples == 0 and accept is not None:
-                continue
-            picks = {f: choices(rows, probe, llm, samples, accept) for f, rows in devs.items()}
-            t = threshold_for(llm, devs, picks)
-            if t is None:
-                continue
-            outcomes = dev_right(devs, picks, t)
-            right = float(np.mean([o.right_share for o in outcomes.values()]))
-            shown = ", ".join(
-                f"{f} {o.right_share:.1%} right / {o.wrong_share:.1%} wrong / "
-                f"{o.declined_share:.1%} declined"
-                for f, o in outcomes.items()
-            )
-            print(f"K {samples} accept {accept}: t {t:.3f}: {shown}", flush=True)
-            # a sample more must buy a point: each costs time to first token
-            if policy is None or right > policy[0] + 0.01 * (samples - policy[1]):
-                policy = (right, samples, accept, t)
-    assert policy is not None, "no policy meets the decline targets on dev"
+    oof = out_of_fold_logits(train, reads, layer, llm, c)
+    chosen: tuple[float, int, float | None, float, tuple[str, ...]] | None = None
+    for names in [(), *(tuple([n]) for n in COMBINED), COMBINED]:
+        model = stage_one(probe) if not names else fit_second_stage(train, llm, probe, oof, names)
+        print(f"features: probe{''.join(' + ' + n for n in names)}", flush=True)
+        found = policy_for(llm, devs, model, SAMPLES)
+        # another feature must buy a point too
+        if found is not None and (chosen is None or found[0] > chosen[0] + 0.01 * len(names)):
+            chosen = (*found, names)
+    assert chosen is not None, "no policy meets the decline targets on dev"
     return {
         "reads": reads,
         "layer": layer,
         "c": c,
-        "samples": policy[1],
-        "accept": policy[2],
+        "features": list(chosen[4]),
+        "samples": chosen[1],
+        "accept": chosen[2],
         "dev_auc": round(best[0], 4),
     }
 
@@ -410,24 +525,32 @@ def build(llm: str) -> Path:
     """The verifier file of `llm`, from the train rows and the choice on dev."""
     choice = json.loads(CHOICES.read_text())[llm]
     train, devs = train_rows(llm), dev_rows(llm)
-    reads, layer = choice["reads"], choice["layer"]
+    reads, layer, names = choice["reads"], choice["layer"], tuple(choice.get("features", ()))
     x, y, _, _ = candidate_table(train, reads, layer, llm)
     probe = fit_probe(x, y, reads, layer, choice["c"])
+    model = stage_one(probe)
+    if names:
+        oof = out_of_fold_logits(train, reads, layer, llm, choice["c"])
+        model = fit_second_stage(train, llm, probe, oof, names)
     picks = {
-        f: choices(rows, probe, llm, choice["samples"], choice["accept"])
+        f: choices(rows, model, llm, choice["samples"], choice["accept"])
         for f, rows in devs.items()
     }
     # calibrated on the answers dev's questions would get (the best of their candidates)
     chosen_p = np.array([p for f in devs for p, _ in picks[f] if p is not None])
     chosen_right = np.array([g == "right" for f in devs for p, g in picks[f] if p is not None])
     a, b = calibrate(np.log(chosen_p / (1 - chosen_p)), chosen_right.astype(np.float64))
-
-    def scaled(p: float | None) -> float | None:
-        return None if p is None else float(1 / (1 + np.exp(-(a * np.log(p / (1 - p)) + b))))
-
-    calibrated = {f: [(scaled(p), g) for p, g in picks[f]] for f in devs}
+    model = model.scaled(a, b)
+    calibrated = {
+        f: choices(rows, model, llm, choice["samples"], choice["accept"])
+        for f, rows in devs.items()
+    }
     t = threshold_for(llm, devs, calibrated)
     assert t is not None, "no threshold meets the decline targets on dev"
+    # the accept point was chosen on the uncalibrated scale: carried over
+    accept = choice["accept"]
+    if accept is not None:
+        accept = float(1 / (1 + np.exp(-(a * np.log(accept / (1 - accept)) + b))))
     weights, bias = probe.folded()
     preset = PRESETS[llm]
     served = preset.files()[preset.default_quant]
@@ -443,13 +566,13 @@ def build(llm: str) -> Path:
             "weights": weights,
             "bias": bias,
         },
-        "combine": {"weights": {"correct": a}, "bias": b, "fill": {}},
+        "combine": {"weights": model.weights, "bias": model.bias, "fill": model.fill},
         "policy": {
             "threshold": t,
             "samples": choice["samples"],
             "temperature": 0.8,
             "candidate_tokens": candidate_tokens,
-            "accept": choice["accept"],
+            "accept": accept,
             "skip_below": None,
         },
         "trained": {
@@ -470,8 +593,9 @@ def build(llm: str) -> Path:
             f"{llm} dev {f}: {o.right_share:.1%} right, {o.wrong_share:.1%} wrong, "
             f"{o.declined_share:.1%} declined at threshold {t:.3f}"
         )
+    final_p = np.array([p for f in devs for p, _ in calibrated[f] if p is not None])
     print("reliability on dev (the chosen answers):")
-    print("\n".join(reliability(np.array([scaled(p) for p in chosen_p]), chosen_right)))
+    print("\n".join(reliability(final_p, chosen_right)))
     print(f"wrote {path}")
     return path
 

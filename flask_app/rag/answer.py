@@ -188,8 +188,10 @@ def verify(
     verifier: Verifier,
     candidates: list[Candidate],
     answerable: float | None,
+    source: str = "",
 ) -> list[Scored]:
-    """Each candidate with its probability of being right (stage 3)."""
+    """Each candidate with its probability of being right (stage 3;
+    `source`: the prompt's passages and question)."""
     layer = verifier.correct.layer
     reads = verifier.correct.reads
     texts = [c.text.strip() for c in candidates]
@@ -199,7 +201,7 @@ def verify(
         if state is None:  # nothing decoded (an empty answer)
             continue
         others = [t for j, t in enumerate(texts) if j != c.index]
-        p = verifier.probability(state, text, others, c.logprobs, answerable)
+        p = verifier.probability(state, text, others, c.logprobs, answerable, source)
         out.append(Scored(c.index, text, p))
     return out
 
@@ -258,6 +260,11 @@ class AnswerStream:
             verify_s=self._timing.get("verify"),
         )
 
+    def _source(self) -> str:
+        """What the answer was written from: the prompt's last message."""
+        prompt = self._grounding.prompt
+        return "" if prompt is None else prompt.messages[-1]["content"]
+
     def _seed(self) -> int:
         """The request's seed, else one of the prompt: the same question over
         the same passages is answered the same way."""
@@ -294,7 +301,7 @@ class AnswerStream:
         clock = time.monotonic()
         candidates = generation.settle()
         writing, clock = time.monotonic() - clock, time.monotonic()
-        scored = verify(verifier, candidates, self._answerability)
+        scored = verify(verifier, candidates, self._answerability, self._source())
         checking = time.monotonic() - clock
         first = next((s for s in scored if s.index == 0), None)
         sure = (
@@ -316,7 +323,7 @@ class AnswerStream:
             )
             candidates = generation.settle()
             writing, clock = writing + time.monotonic() - clock, time.monotonic()
-            scored = verify(verifier, candidates, self._answerability)
+            scored = verify(verifier, candidates, self._answerability, self._source())
             checking += time.monotonic() - clock
         self._timing["candidates"] = writing
         self._timing["verify"] = checking

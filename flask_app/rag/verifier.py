@@ -33,11 +33,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from flask_app.rag.text import term_set, terms
+
 PROBES = Path(__file__).resolve().parent.parent / "inference" / "probes"
 FORMAT = 2
 
 # The scalar features the second stage may weigh, by name.
-FEATURES = ("correct", "answerable", "agreement", "logprob")
+FEATURES = ("correct", "answerable", "agreement", "logprob", "grounded")
 
 State = npt.NDArray[np.float32]
 
@@ -99,6 +101,16 @@ def agreement(text: str, others: Sequence[str]) -> float | None:
     return sum(scores) / len(scores)
 
 
+def grounded(text: str, source: str) -> float | None:
+    """The share of the answer's content words found in `source` (the
+    prompt's passages and question); None when it has none."""
+    said = terms(text)
+    if not said:
+        return None
+    held = term_set(source)
+    return sum(word in held for word in said) / len(said)
+
+
 @dataclass(frozen=True)
 class Scored:
     """One candidate with the verifier's reading of it."""
@@ -150,13 +162,16 @@ class Verifier:
         others: Sequence[str],
         logprobs: Sequence[float],
         answerable: float | None,
+        source: str = "",
     ) -> float:
-        """P(this candidate is right)."""
+        """P(this candidate is right) (`source`: the passages and question
+        the answer was written from)."""
         values: dict[str, float | None] = {
             "correct": self.correct.logit(state),
             "answerable": None if answerable is None else _logit(answerable),
-            "agreement": agreement(text, others),
+            "agreement": agreement(text, others) if "agreement" in self.combine else None,
             "logprob": float(np.mean(logprobs)) if logprobs else None,
+            "grounded": grounded(text, source) if "grounded" in self.combine else None,
         }
         z = self.combine_bias
         for name, weight in self.combine.items():
