@@ -297,3 +297,38 @@ def test_a_server_killed_mid_run_is_named_and_a_rerun_completes(
         assert b"unchanged" in done.stdout
     finally:
         second.stop()
+
+
+def test_the_indexing_bar_moves_at_least_once_a_second(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the server indexes, the bar is redrawn at every look at the
+    files' progress, and those looks are at most a second apart."""
+    from flask_app.cli import add as add_module
+
+    assert add_module.POLL_S <= 1.0
+    redraws: list[float] = []
+
+    class Bar:
+        total = 0
+        n = 0
+
+        def __enter__(self) -> Bar:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def refresh(self) -> None:
+            redraws.append(time.monotonic())
+
+        def update(self, n: int) -> None:
+            pass
+
+    monkeypatch.setattr(add_module, "_bar", lambda *a, **k: Bar())
+    folder = tmp_path / "docs"
+    write_folder(folder)
+    started = time.monotonic()
+    assert main(["add", str(folder), "--base-url", server]) == 0
+    gaps = [b - a for a, b in zip([started, *redraws], redraws, strict=False)]
+    assert redraws and max(gaps[1:], default=0.0) <= 1.0 + 0.5
