@@ -17,8 +17,11 @@
 2. **Several clients at once**: N clients released together streaming the
    same questions between them (each its share, one after another), per
    round: answers per minute, time to first token p50 / p95, and how many
-   answers differ from the one-client run's (decoded together, a greedy
-   answer should be the one decoded alone).
+   answers differ from the one-client run's. Two servers in the same run:
+   as served (the batch engine decodes every admitted request's tokens in
+   one step) and, as the baseline, one whose model has only the sequences
+   one question needs (`--llm-sequences` = 1 + the verifier's samples), so
+   requests are answered one at a time.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import sseclient
 from benches.serving.tour import TOUR, TOUR_QUESTIONS
 from flask_app.app import create_app
 from flask_app.inference.presets import DEFAULT_LLM, PRESETS
+from flask_app.rag.verifier import choose_gate
 from flask_app.services import load_services
 from flask_app.settings import Settings
 from tests.http_client import serve_in_thread
@@ -173,30 +177,36 @@ def closed_loop(
 
 def several_clients(args: argparse.Namespace) -> dict[str, Any]:
     """Answers per minute and time to first token with N clients at once,
-    the same questions for every N."""
-    out: dict[str, Any] = {"llm": args.llm, "kinds": {}}
+    the same questions for every N, batched and one at a time."""
+    settings = Settings.load({"llm": args.llm}, os.environ)
+    gate = choose_gate(args.llm, settings.llm_path(), None)
+    one_at_a_time = 1 + (gate.verifier.samples if gate.verifier is not None else 0)
+    ways = {"together": {}, "one_at_a_time": {"llm_sequences": one_at_a_time}}
+    out: dict[str, Any] = {"llm": args.llm, "verifier": gate.describe(), "kinds": {}}
     for kind, (docs, questions) in kinds().items():
         rows = []
         alone: dict[str, str] = {}
-        with server(args.llm, docs) as base:
-            for n in args.clients:
-                walls, ttfts, differ = [], [], 0
-                for _ in range(args.rounds):
-                    wall, answers = closed_loop(base, questions, n)
-                    walls.append(wall)
-                    ttfts += [a["ttft_s"] for a in answers]
-                    for a in answers:
-                        alone.setdefault(a["query"], a["answer"])
-                        differ += a["answer"] != alone[a["query"]]
-                row = {
-                    "clients": n,
-                    "answers_per_min": round(60 * len(questions) / statistics.median(walls), 1),
-                    "ttft_p50_s": round(statistics.median(ttfts), 3),
-                    "ttft_p95_s": round(float(np.percentile(ttfts, 95)), 3),
-                    "answers_differing_from_the_first_run": differ,
-                }
-                rows.append(row)
-                print(kind, row, flush=True)
+        for way, overrides in ways.items():
+            with server(args.llm, docs, **overrides) as base:
+                for n in args.clients:
+                    walls, ttfts, differ = [], [], 0
+                    for _ in range(args.rounds):
+                        wall, answers = closed_loop(base, questions, n)
+                        walls.append(wall)
+                        ttfts += [a["ttft_s"] for a in answers]
+                        for a in answers:
+                            alone.setdefault(a["query"], a["answer"])
+                            differ += a["answer"] != alone[a["query"]]
+                    row = {
+                        "way": way,
+                        "clients": n,
+                        "answers_per_min": round(60 * len(questions) / statistics.median(walls), 1),
+                        "ttft_p50_s": round(statistics.median(ttfts), 3),
+                        "ttft_p95_s": round(float(np.percentile(ttfts, 95)), 3),
+                        "answers_differing_from_the_first_run": differ,
+                    }
+                    rows.append(row)
+                    print(kind, row, flush=True)
         out["kinds"][kind] = rows
     return out
 
