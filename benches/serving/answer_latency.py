@@ -175,6 +175,29 @@ def closed_loop(
     return time.perf_counter() - started, answers
 
 
+def clients_row(
+    base: str, questions: list[str], n: int, rounds: int, alone: dict[str, str]
+) -> dict[str, Any]:
+    """One server, n clients at once, `rounds` times: answers per minute, time
+    to first token, and how many answers differ from the first seen for each
+    question (`alone`, filled by the first run)."""
+    walls, ttfts, differ = [], [], 0
+    for _ in range(rounds):
+        wall, answers = closed_loop(base, questions, n)
+        walls.append(wall)
+        ttfts += [a["ttft_s"] for a in answers]
+        for a in answers:
+            alone.setdefault(a["query"], a["answer"])
+            differ += a["answer"] != alone[a["query"]]
+    return {
+        "clients": n,
+        "answers_per_min": round(60 * len(questions) / statistics.median(walls), 1),
+        "ttft_p50_s": round(statistics.median(ttfts), 3),
+        "ttft_p95_s": round(float(np.percentile(ttfts, 95)), 3),
+        "answers_differing_from_the_first_run": differ,
+    }
+
+
 def several_clients(args: argparse.Namespace) -> dict[str, Any]:
     """Answers per minute and time to first token with N clients at once,
     the same questions for every N, batched and one at a time."""
@@ -189,22 +212,7 @@ def several_clients(args: argparse.Namespace) -> dict[str, Any]:
         for way, overrides in ways.items():
             with server(args.llm, docs, **overrides) as base:
                 for n in args.clients:
-                    walls, ttfts, differ = [], [], 0
-                    for _ in range(args.rounds):
-                        wall, answers = closed_loop(base, questions, n)
-                        walls.append(wall)
-                        ttfts += [a["ttft_s"] for a in answers]
-                        for a in answers:
-                            alone.setdefault(a["query"], a["answer"])
-                            differ += a["answer"] != alone[a["query"]]
-                    row = {
-                        "way": way,
-                        "clients": n,
-                        "answers_per_min": round(60 * len(questions) / statistics.median(walls), 1),
-                        "ttft_p50_s": round(statistics.median(ttfts), 3),
-                        "ttft_p95_s": round(float(np.percentile(ttfts, 95)), 3),
-                        "answers_differing_from_the_first_run": differ,
-                    }
+                    row = {"way": way, **clients_row(base, questions, n, args.rounds, alone)}
                     rows.append(row)
                     print(kind, row, flush=True)
         out["kinds"][kind] = rows
