@@ -54,14 +54,28 @@ def test_answer_is_grounded_with_sources(client: FlaskClient) -> None:
 def test_stream_is_grounded_and_deltas_join(client: FlaskClient) -> None:
     r = client.post(
         "/answer/stream",
-        json={"query": "What is the name of the office guest Wi-Fi network?", "temperature": 0},
+        json={"query": "When did the Harlow Bridge open to traffic?", "temperature": 0},
     )
     events = events_of(r.data)
     assert events[0][0] == "meta" and events[-1][0] == "done"
     tokens = [d["delta"] for e, d in events if e == "token"]
     assert len(tokens) > 2
     assert "".join(tokens) == events[-1][1]["answer"]
-    assert "Calder-Guest" in events[-1][1]["answer"]
+    assert "1998" in events[-1][1]["answer"]
+
+
+def test_the_questions_own_words_are_not_sent_as_its_answer(client: FlaskClient) -> None:
+    """Over this set's passages the 0.5B's every candidate answer to it is
+    "Wi-Fi network", which the verifier scored 0.92: it says nothing the
+    question did not, so it is never chosen (rag.choice.restates). Right
+    or declined, never the question's words back."""
+    query = "What is the name of the office guest Wi-Fi network?"
+    for route in ("/answer", "/answer/stream"):
+        r = client.post(route, json={"query": query, "temperature": 0})
+        answer = (
+            r.get_json()["answer"] if route == "/answer" else events_of(r.data)[-1][1]["answer"]
+        )
+        assert answer == NO_CONTEXT_ANSWER or "Calder-Guest" in answer, (route, answer)
 
 
 def test_off_topic_question_gets_the_fixed_sentence(client: FlaskClient) -> None:
@@ -105,13 +119,15 @@ def test_the_kiosk_manager_and_the_museum_closing_day_are_answered(fresh: FlaskC
 
 
 def test_a_fixed_subset_of_the_evaluation_stays_above_a_floor(fresh: FlaskClient) -> None:
-    """A loose guard on the README's numbers: the first questions of each set
-    (before the answerability probe 20 of 35 were answered and 1 of 14
-    refused; with it, honest refusals come first, docs/limits.md)."""
+    """A loose guard on the README's numbers, in its three outcomes: the
+    first questions of each set. Served through the verifier the 0.5B
+    answered 12 and 13 of the 35 right in two runs, 3 to 5 wrong; the
+    sampled candidates move a question or two between runs (the seed is
+    the prompt's, the arithmetic over a partly cached prompt is not exact)."""
     from benches.quality import eval_sets
     from benches.quality.rag_eval import is_refusal, mentions
 
-    answered = refused = n_answerable = n_unanswerable = 0
+    answered = wrong = refused = n_answerable = n_unanswerable = 0
     for name in eval_sets.SETS:
         evset = eval_sets.load(name)
         docs = evset.passages()
@@ -126,10 +142,13 @@ def test_a_fixed_subset_of_the_evaluation_stays_above_a_floor(fresh: FlaskClient
             answer = ask_stream(fresh, q["q"])
             if q["expect"]:
                 n_answerable += 1
-                answered += mentions(answer, q["expect"]) and not is_refusal(answer)
+                right = mentions(answer, q["expect"]) and not is_refusal(answer)
+                answered += right
+                wrong += not right and not is_refusal(answer)
             else:
                 n_unanswerable += 1
                 refused += is_refusal(answer)
         fresh.delete("/store")
-    assert answered / n_answerable >= 0.3, (answered, n_answerable)
-    assert refused / n_unanswerable >= 0.7, (refused, n_unanswerable)  # the probe acts
+    assert answered / n_answerable >= 0.25, (answered, n_answerable)
+    assert wrong / n_answerable <= 0.2, (wrong, n_answerable)
+    assert refused / n_unanswerable >= 0.7, (refused, n_unanswerable)  # the verifier acts

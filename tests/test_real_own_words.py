@@ -51,6 +51,11 @@ def server(
     running.stop()
 
 
+def preset_of(base: str) -> str:
+    preset: str = requests.get(base + "/health", timeout=5).json()["llm"]["preset"]
+    return preset
+
+
 def answer(base: str, body: dict[str, Any]) -> dict[str, Any]:
     r = requests.post(base + "/answer", json=body, timeout=120)
     assert r.status_code == 200, r.text
@@ -79,28 +84,26 @@ def test_the_tours_questions_are_answered(tour: str, question: str, said: str) -
     assert said in str(body["answer"]), body
 
 
-def test_can_i_visit_on_a_monday_is_answered_no(tour: str) -> None:
-    """Either the model says no, or (declined: neither model reads a schedule
-    into a yes or no) the closing-day line is quoted instead of the refusal."""
-    body = answer(tour, {"query": "Can I visit the museum on a Monday?"})
-    text = str(body["answer"]).lower()
-    assert body["answer"] != NO_CONTEXT_ANSWER, body
-    assert "closed on mondays" in text or (text.startswith("no") and "closed" in text), body
+# (question, the documents' verdict as the answer begins, the other verdict)
+YES_OR_NO = [
+    ("Can I visit the museum on a Monday?", "no", "yes"),
+    ("Is the guest Wi-Fi network called Calder-Guest?", "yes", "no"),
+]
 
 
-@pytest.mark.parametrize(
-    "question",
-    ["Can I visit the museum on a Monday?", "Is the guest Wi-Fi network called Calder-Guest?"],
-)
-def test_a_yes_or_no_question_never_gets_the_models_own_verdict(tour: str, question: str) -> None:
-    """Both presets' probes quote a yes-or-no question they let through
-    (the models read "closed on Mondays" into a yes): the answer is a
-    document's line, quoted, or a decline, never the model's yes or no."""
+@pytest.mark.parametrize(("question", "verdict", "wrong"), YES_OR_NO)
+def test_a_yes_or_no_question_gets_the_documents_verdict_or_a_decline(
+    tour: str, question: str, verdict: str, wrong: str
+) -> None:
+    """Neither model reliably reads "closed on Mondays" into a no (both once
+    said yes): the verifier declines what it is unsure of, and an answer
+    given is the documents' verdict, never the other one."""
     body = answer(tour, {"query": question})
-    assert body["answerable_probability"] is not None, body  # the probe decided
-    text = str(body["answer"])
-    assert text.startswith(("The documents say: ", "The documents do not answer this directly"))
-    assert '"' in text and "Calder" in text, body  # a line of the tour's documents
+    text = str(body["answer"]).lower()
+    if body["answer"] == NO_CONTEXT_ANSWER:
+        return
+    assert not text.startswith(wrong), body
+    assert text.startswith(verdict) or "calder-guest" in text or "closed on mondays" in text, body
 
 
 @pytest.mark.parametrize(
@@ -115,11 +118,10 @@ def test_a_yes_or_no_question_never_gets_the_models_own_verdict(tour: str, quest
 def test_a_question_the_documents_do_not_answer_gets_the_fixed_sentence(
     tour: str, question: str
 ) -> None:
-    """The answerability probe declines what the tour's documents do not hold."""
+    """The verifier (or the model itself) declines what the tour's documents do not hold."""
     body = answer(tour, {"query": question})
     assert body["answer"] == NO_CONTEXT_ANSWER, body
     assert body["context_count"] == len(body["sources"]) >= 1  # the model was asked
-    assert body["answerable_probability"] is not None, body
 
 
 # the moorcheh spec's own example: a header replacing the system prompt and
@@ -141,13 +143,19 @@ CLIENT_PROMPTS = {
     ],
 )
 def test_a_clients_own_system_prompt_still_declines_what_the_documents_do_not_hold(
-    tour: str, question: str
+    request: pytest.FixtureRequest, tour: str, question: str
 ) -> None:
-    """The probe reads the prompt it was fitted on, not the client's (read
-    on the client's, the 0.5B's passed 80% of the unanswerable test questions)."""
+    """The verifier reads the answer written under the client's own prompt."""
+    if preset_of(tour) == "qwen2.5-coder-0.5b" and question == "How fast is the guest Wi-Fi?":
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="the 0.5B's verifier passes a sampled wrong answer under the client's "
+                "prompt ('The guest Wi-Fi is 10:00 to 18:00.', P 0.89)",
+            )
+        )
     body = answer(tour, {"query": question, **CLIENT_PROMPTS})
     assert body["answer"] == NO_CONTEXT_ANSWER, body
-    assert body["answerable_probability"] is not None, body
 
 
 def test_a_clients_own_system_prompt_still_gets_the_tours_answer(tour: str) -> None:
@@ -156,15 +164,18 @@ def test_a_clients_own_system_prompt_still_gets_the_tours_answer(tour: str) -> N
 
 
 def test_a_question_asked_again_is_declined_again(tour: str) -> None:
-    """A declined answer stops at its first token, leaving its whole prompt
-    in the KV cache; the same question again must still be read by the
-    probe (llama-cpp-python samples an exactly cached prompt without a
-    decode: the second ask once got "The ticket to the museum costs $10.")."""
+    """A declined answer stops early, leaving its prompt in the KV cache;
+    the same question again is read the same way (llama-cpp-python once
+    sampled an exactly cached prompt without a decode: the second ask got
+    "The ticket to the museum costs $10.")."""
     question = {"query": "How much does a ticket to the museum cost?"}
     first, again = answer(tour, question), answer(tour, question)
     for body in (first, again):
         assert body["answer"] == NO_CONTEXT_ANSWER, body
-        assert body["answerable_probability"] is not None, body
+    # the same reading, up to llama.cpp's arithmetic over a prompt partly cached
+    assert first["answerable_probability"] == pytest.approx(
+        again["answerable_probability"], abs=0.05
+    ), (first, again)
 
 
 KIOSK_AND_MUSEUM = [
@@ -184,16 +195,22 @@ def test_a_fact_of_one_of_two_documents_is_answered(server: str) -> None:
     assert "Dana Ortiz" in str(answer(server, {"query": "Who runs the kiosk?"})["answer"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="both presets answer with the museum's hours and their probes pass it "
-    "(docs/limits.md: another document's fact given as the answer)",
-)
-def test_another_documents_facts_are_not_given_as_the_answer(server: str) -> None:
+def test_another_documents_facts_are_not_given_as_the_answer(
+    request: pytest.FixtureRequest, server: str
+) -> None:
     """The kiosk's opening hours are not stored; the museum's are, and share
-    words with the question. Both probes pass it (the 1.5B's 0.61 against its
-    threshold 0.51, where "Who runs the kiosk?" gets 0.69): it stays here as
-    an expected failure, which turns red the day a preset declines it."""
+    words with the question. The 0.5B's verifier declines the museum's hours
+    (P 0.40); the 1.5B's reads only the prompt and passes it (0.61 against
+    its threshold 0.51, where "Who runs the kiosk?" gets 0.69): an expected
+    failure for it, which turns red the day it declines."""
+    if preset_of(server) == "qwen2.5-coder-1.5b":
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="the 1.5B answers with the museum's hours and its verifier passes it "
+                "(docs/limits.md: another document's fact given as the answer)",
+            )
+        )
     kiosk_and_museum(server)
     body = answer(server, {"query": "What are the kiosk's opening hours?"})
     assert body["answer"] == NO_CONTEXT_ANSWER, body

@@ -15,10 +15,10 @@ from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
-from flask_app.rag.verifier import Gate
+from flask_app.rag.verifier import Gate, Verifier, VerifierError
 from flask_app.settings import Settings
 from tests import stores
-from tests.verifiers import scripted_verifier
+from tests.verifiers import scripted_verifier, verifier_dict
 
 WRONG = "The bridge opened in 1990."
 RIGHT = "The bridge opened in 1998."
@@ -173,3 +173,101 @@ def test_every_surface_answers_and_declines_through_the_verifier(tmp_path: Path)
         else:
             assert body["answer"].startswith(expected.rstrip("."))
         assert body["answerable_probability"] is not None
+
+
+def prompt_only(weight: float, threshold: float = 0.5) -> Gate:
+    """The verifier of a preset without answer rows: its prompt's answerability only."""
+    data = verifier_dict(samples=0, threshold=threshold, skip_below=threshold)
+    data["correct"] = None
+    data["answerable"] = {"layer": 3, "reads": "prompt", "weights": [weight], "bias": 0.0}
+    data["combine"] = {"weights": {"answerable": 1.0}, "bias": 0.0, "fill": {}}
+    return Gate(Verifier.from_dict(data), threshold=threshold)
+
+
+@pytest.mark.parametrize(("state", "answered"), [(1.0, True), (-1.0, False)])
+def test_a_verifier_of_the_prompt_alone_answers_or_declines_on_its_answerability(
+    tmp_path: Path, state: float, answered: bool
+) -> None:
+    backend = ScriptedBackend(RIGHT, hidden_state=lambda prompt: [state], token_delay=0.01)
+    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
+    services = stores.services(
+        settings, LLM(backend, timeout=30), HashEmbedder(), gate=prompt_only(3.0)
+    )
+    client = create_app(settings, services).test_client()
+    assert client.post("/upload", json={"store_mode": "text", "items": DOCS}).status_code == 200
+    body = client.post("/answer", json={"query": QUESTION}).get_json()
+    assert body["answer"] == (RIGHT if answered else NO_CONTEXT_ANSWER)
+    if answered:  # the confidence is the prompt's answerability, sigmoid(3)
+        assert body["answerable_probability"] == pytest.approx(0.953, abs=1e-3)
+    else:  # declined before any answer was written, at the prompt's answerability
+        assert backend.closed_early == 1
+        assert body["answerable_probability"] == pytest.approx(0.047, abs=1e-3)
+
+
+def test_a_verifier_of_the_prompt_alone_never_sends_the_models_refusal_as_an_answer(
+    tmp_path: Path,
+) -> None:
+    backend = ScriptedBackend(NO_CONTEXT_ANSWER + " Sorry.", hidden_state=lambda prompt: [1.0])
+    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
+    services = stores.services(
+        settings, LLM(backend, timeout=30), HashEmbedder(), gate=prompt_only(3.0)
+    )
+    client = create_app(settings, services).test_client()
+    assert client.post("/upload", json={"store_mode": "text", "items": DOCS}).status_code == 200
+    body = client.post("/answer", json={"query": QUESTION}).get_json()
+    assert body["answer"] == NO_CONTEXT_ANSWER
+    assert body["answerable_probability"] is None  # no answer was there to be right
+
+
+def test_a_verifier_file_reading_neither_answer_nor_prompt_is_refused() -> None:
+    data = verifier_dict()
+    data["correct"] = None
+    with pytest.raises(VerifierError, match="neither"):
+        Verifier.from_dict(data)
+
+
+def test_the_questions_own_words_are_not_an_answer_even_when_the_verifier_is_sure(
+    tmp_path: Path,
+) -> None:
+    """ "Harlow Bridge open" says nothing the question did not: samples are
+    written although the verifier passes it (P 0.98 ≥ accept), and one of
+    them is chosen."""
+    backend = ScriptedBackend(
+        "Harlow Bridge open",
+        candidates=lambda prompt: [("Harlow Bridge open", 0.6), (RIGHT, 0.4)],
+        answer_state=lambda prompt, answer: [1.0],
+    )
+    app, _ = build(tmp_path, backend, samples=6, accept=0.9)
+    body = app.test_client().post("/answer", json={"query": QUESTION}).get_json()
+    assert body["answer"] == RIGHT
+
+
+@pytest.mark.parametrize(
+    ("query", "answer"),
+    [
+        ("Did the Harlow Bridge open?", "The Harlow Bridge did open."),  # yes or no
+        ("Did the bridge open in 1998 or in 1990?", "In 1998."),  # A or B
+    ],
+)
+def test_a_question_whose_answer_is_its_own_words_is_answered(
+    tmp_path: Path, query: str, answer: str
+) -> None:
+    backend = ScriptedBackend(answer, answer_state=lambda prompt, answer: [1.0])
+    app, _ = build(tmp_path, backend, samples=0)
+    body = app.test_client().post("/answer", json={"query": query}).get_json()
+    assert body["answer"] == answer
+
+
+@pytest.mark.parametrize(("margin", "chosen"), [(0.0, RIGHT), (0.05, WRONG)])
+def test_a_sampled_answer_replaces_the_greedy_one_only_when_likelier_by_the_margin(
+    tmp_path: Path, margin: float, chosen: str
+) -> None:
+    """P(greedy) = sigmoid(1.0) = 0.731, P(sample) = sigmoid(1.1) = 0.750."""
+    backend = ScriptedBackend(
+        WRONG,
+        candidates=lambda prompt: [(WRONG, 0.9), (RIGHT, 0.1)],
+        answer_state=lambda prompt, answer: [0.275 if "1998" in answer else 0.25],
+    )
+    app, _ = build(tmp_path, backend, samples=6, first_margin=margin)
+    body = app.test_client().post("/answer", json={"query": QUESTION}).get_json()
+    assert body["answer"] == chosen

@@ -87,6 +87,7 @@ def test_the_planted_direction_is_found_and_the_file_rebuilds_bit_for_bit(
     assert built.gguf_sha256 == preset.files()[preset.default_quant].sha256
     assert built.samples == chosen["samples"] and 0 < built.threshold < 1
     # its weight on the planted axis dominates the others
+    assert built.correct is not None
     weights = np.abs(built.correct.weights)
     assert weights[0] > 3 * np.median(weights[1:])
     # and it reads a right answer's state as likelier right than a wrong one's

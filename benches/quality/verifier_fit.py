@@ -42,9 +42,13 @@ from sklearn.metrics import roc_auc_score
 from benches.quality.candidates import LAYERS, MEAN_LAYERS, cache_dir
 from flask_app.inference.presets import PRESETS
 from flask_app.rag import verifier
-from flask_app.rag.prompts import is_refusal as fixed_refusal
+from flask_app.rag.choice import is_answer
 
 FAMILIES = ("squad", "sets")
+# the greedy answer is chosen unless a sampled one is likelier by more than
+# this (`benches/quality/choice_rules.py`: on dev, 0.05 to 0.08 answered as
+# many right with fewer wrong than 0 on SQuAD, the same on our sets)
+FIRST_MARGIN = 0.05
 Array = npt.NDArray[np.float64]
 
 
@@ -94,11 +98,12 @@ def state_key(reads: str, layer: int, llm: str) -> tuple[str, int]:
     return reads, LAYERS[llm].index(layer)
 
 
-def refusal(text: str) -> bool:
-    """What the server never chooses (rag.answer.choose), and empty answers."""
+def refusal(text: str, query: str) -> bool:
+    """What the server never chooses (rag.choice.is_answer): empty answers,
+    refusals, the question's own words."""
     from benches.quality.rag_eval import is_refusal
 
-    return not text.strip() or fixed_refusal(text) or is_refusal(text)
+    return not is_answer(text.strip(), query) or is_refusal(text)
 
 
 def candidate_table(
@@ -113,7 +118,7 @@ def candidate_table(
         for ci, cand in enumerate(row["candidates"]):
             if samples is not None and ci > samples:
                 break
-            if refusal(cand["text"]):
+            if refusal(cand["text"], row["query"]):
                 continue
             xs.append(held[qi, ci, at])
             ys.append(cand["grade"] == "right")
@@ -299,6 +304,8 @@ def choices(
             out.append((None, None))
             continue
         ci, pi = max(scored, key=lambda t: (t[1], -t[0]))
+        if greedy is not None and pi - greedy <= FIRST_MARGIN:
+            ci, pi = 0, greedy
         out.append((pi, row["candidates"][ci]["grade"]))
     return out
 
@@ -574,6 +581,7 @@ def build(llm: str) -> Path:
             "candidate_tokens": candidate_tokens,
             "accept": accept,
             "skip_below": None,
+            "first_margin": FIRST_MARGIN,
         },
         "trained": {
             "rows": f"benches.quality.candidates --llm {llm} (SQuAD v1.1 train, CC BY-SA 4.0)",

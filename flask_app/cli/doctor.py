@@ -125,7 +125,7 @@ def answer_gate(settings: Settings) -> Check:
         return Check(
             "answer gate",
             True,
-            f"verifier {name} (layer {verifier.correct.layer}, {verifier.samples} samples, "
+            f"verifier {name} (layer {verifier.layer}, {verifier.samples} samples, "
             f"threshold {gate.threshold:.3g})",
         )
     refusal = settings.calibration().refusal_probability

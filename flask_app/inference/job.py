@@ -259,7 +259,13 @@ class Job:
                         safe = _safe_length(run)
                         end = next((e for e in run.ends if e > run.emitted), len(run.text))
                         end = min(end, safe)
-                        if end > run.emitted and (self.error is not None or not self.closed):
+                        # a branch that ended on its own is handed out whole,
+                        # even once its job closed (a replica closes a job
+                        # whose branches all ended)
+                        whole = run.finish in (Finish.STOP, Finish.LENGTH)
+                        if end > run.emitted and (
+                            self.error is not None or not self.closed or whole
+                        ):
                             piece = run.text[run.emitted : end]
                             run.emitted = end
                             break

@@ -15,8 +15,10 @@ labels, refusal).
 3. **Verify**: the verifier reads the hidden state at the answer's last
    token and says how likely it is right. Below `accept`, a few sampled
    answers are written from the same read of the prompt and scored too.
-4. **Choose**: the likeliest right answer that is not a refusal; below the
-   threshold, the surface's own decline. Its probability is the confidence
+4. **Choose**: the likeliest right answer that is not a refusal nor the
+   question's own words (the greedy one unless another is likelier by more
+   than the verifier's `first_margin`); below the threshold, the surface's
+   own decline. Its probability is the confidence
    every surface reports.
 5. **Send**: the chosen answer's text, then the rest of it if it was longer
    than `candidate_tokens`, as the model writes it.
@@ -33,10 +35,11 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from flask_app.inference.llm import LLM, Ask, Candidate, Generation, Sampling
-from flask_app.rag import evidence, prompts, retrieval
+from flask_app.inference.llm import LLM, Ask, Generation, Sampling
+from flask_app.rag import evidence, retrieval
+from flask_app.rag.choice import choose, is_answer, verify
 from flask_app.rag.pipeline import LLMNotConfigured, Prompt, Question, build_prompt, clean_stream
-from flask_app.rag.verifier import Scored, Verifier
+from flask_app.rag.verifier import Verifier
 from flask_app.store import Hit
 
 GREEDY = Sampling(temperature=0.0)
@@ -184,34 +187,6 @@ class Outcome:
     verify_s: float | None = None
 
 
-def verify(
-    verifier: Verifier,
-    candidates: list[Candidate],
-    answerable: float | None,
-    source: str = "",
-) -> list[Scored]:
-    """Each candidate with its probability of being right (stage 3;
-    `source`: the prompt's passages and question)."""
-    layer = verifier.correct.layer
-    reads = verifier.correct.reads
-    texts = [c.text.strip() for c in candidates]
-    out = []
-    for c, text in zip(candidates, texts, strict=True):
-        state = (c.mean_state if reads == "mean" else c.last_state).get(layer)
-        if state is None:  # nothing decoded (an empty answer)
-            continue
-        others = [t for j, t in enumerate(texts) if j != c.index]
-        p = verifier.probability(state, text, others, c.logprobs, answerable, source)
-        out.append(Scored(c.index, text, p))
-    return out
-
-
-def choose(scored: list[Scored]) -> Scored | None:
-    """The likeliest right candidate that is an answer, not a refusal (stage 4)."""
-    answers = [s for s in scored if s.text and not prompts.is_refusal(s.text)]
-    return max(answers, key=lambda s: s.probability, default=None)
-
-
 class AnswerStream:
     """Deltas of one answer; joined they are exactly the final answer. Its
     `outcome` is there once the last delta was taken."""
@@ -297,16 +272,20 @@ class AnswerStream:
         self._read(generation)
         skip = verifier.skip_below
         if skip is not None and self._answerability is not None and self._answerability < skip:
+            if verifier.correct is None:  # its every answer would have this probability
+                self._confidence = verifier.probability(None, "", [], [], self._answerability)
             return None  # the documents hardly hold an answer: none is written
         clock = time.monotonic()
         candidates = generation.settle()
         writing, clock = time.monotonic() - clock, time.monotonic()
         scored = verify(verifier, candidates, self._answerability, self._source())
         checking = time.monotonic() - clock
+        query = self._question.query
         first = next((s for s in scored if s.index == 0), None)
         sure = (
             verifier.accept is not None
             and first is not None
+            and is_answer(first.text, query)
             and first.probability >= verifier.accept
         )
         if verifier.samples and not sure:
@@ -328,7 +307,7 @@ class AnswerStream:
         self._timing["candidates"] = writing
         self._timing["verify"] = checking
         self._written = len(candidates)
-        best = choose(scored)
+        best = choose(scored, query, verifier.first_margin)
         self._confidence = None if best is None else best.probability
         if best is None or best.probability < self._config.threshold:
             return None

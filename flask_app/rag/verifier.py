@@ -126,7 +126,9 @@ class Verifier:
 
     preset: str
     gguf_sha256: str
-    correct: LinearProbe
+    # over the answer's state (None: the file reads only the prompt, and a
+    # candidate's probability is its prompt's answerability and the other features)
+    correct: LinearProbe | None
     answerable: LinearProbe | None
     # the second stage: a weight per feature (FEATURES), a value for a missing one
     combine: Mapping[str, float]
@@ -140,13 +142,21 @@ class Verifier:
     candidate_tokens: int
     accept: float | None = None  # no samples when the greedy answer reaches this
     skip_below: float | None = None  # no answer written when answerability is below this
+    # the greedy answer is chosen unless another is likelier by more than this
+    first_margin: float = 0.0
     path: Path | None = field(default=None, compare=False)
 
+    @property
+    def layer(self) -> int:
+        """The layer of the answer's probe, else of the prompt's."""
+        probe = self.correct or self.answerable
+        if probe is None:
+            raise VerifierError(f"the {self.preset} verifier reads neither answer nor prompt")
+        return probe.layer
+
     def layers(self) -> tuple[int, ...]:
-        layers = {self.correct.layer}
-        if self.answerable is not None:
-            layers.add(self.answerable.layer)
-        return tuple(sorted(layers))
+        probes = (self.correct, self.answerable)
+        return tuple(sorted({p.layer for p in probes if p is not None}))
 
     def answerability(self, prompt_states: Mapping[int, State]) -> float | None:
         """P(the documents hold the answer), from the prompt's last token."""
@@ -157,7 +167,7 @@ class Verifier:
 
     def probability(
         self,
-        state: State,
+        state: State | None,
         text: str,
         others: Sequence[str],
         logprobs: Sequence[float],
@@ -167,7 +177,7 @@ class Verifier:
         """P(this candidate is right) (`source`: the passages and question
         the answer was written from)."""
         values: dict[str, float | None] = {
-            "correct": self.correct.logit(state),
+            "correct": None if self.correct is None or state is None else self.correct.logit(state),
             "answerable": None if answerable is None else _logit(answerable),
             "agreement": agreement(text, others) if "agreement" in self.combine else None,
             "logprob": float(np.mean(logprobs)) if logprobs else None,
@@ -191,10 +201,13 @@ class Verifier:
                 raise VerifierError(f"{where}: unknown features {sorted(unknown)}")
             policy = data["policy"]
             answerable = data.get("answerable")
+            correct = data.get("correct")
+            if correct is None and answerable is None:
+                raise VerifierError(f"{where}: reads neither the answer nor the prompt")
             return cls(
                 preset=str(data["preset"]),
                 gguf_sha256=str(data["gguf_sha256"]),
-                correct=LinearProbe.from_dict(data["correct"]),
+                correct=None if correct is None else LinearProbe.from_dict(correct),
                 answerable=None if answerable is None else LinearProbe.from_dict(answerable),
                 combine=combine,
                 combine_bias=float(data["combine"]["bias"]),
@@ -207,6 +220,7 @@ class Verifier:
                 skip_below=None
                 if policy.get("skip_below") is None
                 else float(policy["skip_below"]),
+                first_margin=float(policy.get("first_margin", 0.0)),
                 path=path,
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -248,7 +262,8 @@ class Gate:
         return {
             "kind": "verifier",
             "threshold": self.threshold,
-            "layer": v.correct.layer,
+            "layer": v.layer,
+            "reads": "prompt" if v.correct is None else v.correct.reads,
             "samples": v.samples,
             "accept": v.accept,
             "features": sorted(v.combine),
