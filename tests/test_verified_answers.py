@@ -35,10 +35,12 @@ def knows(prompt: str, answer: str) -> list[float]:
 
 
 def build(
-    tmp_path: Path, backend: ScriptedBackend, **verifier: Any
+    tmp_path: Path, backend: ScriptedBackend, gate: Gate | None = None, **verifier: Any
 ) -> tuple[Flask, ScriptedBackend]:
+    """The app over DOCS, checked by `gate` (default: a scripted verifier of `verifier`)."""
     settings = Settings.load({"data_dir": tmp_path / "data"}, {})
-    gate = Gate(scripted_verifier(**verifier), threshold=verifier.get("threshold", 0.5))
+    if gate is None:
+        gate = Gate(scripted_verifier(**verifier), threshold=verifier.get("threshold", 0.5))
     services = stores.services(settings, LLM(backend, timeout=30), HashEmbedder(), gate=gate)
     app = create_app(settings, services)
     r = app.test_client().post("/upload", json={"store_mode": "text", "items": DOCS})
@@ -189,13 +191,8 @@ def test_a_verifier_of_the_prompt_alone_answers_or_declines_on_its_answerability
     tmp_path: Path, state: float, answered: bool
 ) -> None:
     backend = ScriptedBackend(RIGHT, hidden_state=lambda prompt: [state], token_delay=0.01)
-    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
-    services = stores.services(
-        settings, LLM(backend, timeout=30), HashEmbedder(), gate=prompt_only(3.0)
-    )
-    client = create_app(settings, services).test_client()
-    assert client.post("/upload", json={"store_mode": "text", "items": DOCS}).status_code == 200
-    body = client.post("/answer", json={"query": QUESTION}).get_json()
+    app, _ = build(tmp_path, backend, gate=prompt_only(3.0))
+    body = app.test_client().post("/answer", json={"query": QUESTION}).get_json()
     assert body["answer"] == (RIGHT if answered else NO_CONTEXT_ANSWER)
     if answered:  # the confidence is the prompt's answerability, sigmoid(3)
         assert body["answerable_probability"] == pytest.approx(0.953, abs=1e-3)
@@ -208,13 +205,8 @@ def test_a_verifier_of_the_prompt_alone_never_sends_the_models_refusal_as_an_ans
     tmp_path: Path,
 ) -> None:
     backend = ScriptedBackend(NO_CONTEXT_ANSWER + " Sorry.", hidden_state=lambda prompt: [1.0])
-    settings = Settings.load({"data_dir": tmp_path / "data"}, {})
-    services = stores.services(
-        settings, LLM(backend, timeout=30), HashEmbedder(), gate=prompt_only(3.0)
-    )
-    client = create_app(settings, services).test_client()
-    assert client.post("/upload", json={"store_mode": "text", "items": DOCS}).status_code == 200
-    body = client.post("/answer", json={"query": QUESTION}).get_json()
+    app, _ = build(tmp_path, backend, gate=prompt_only(3.0))
+    body = app.test_client().post("/answer", json={"query": QUESTION}).get_json()
     assert body["answer"] == NO_CONTEXT_ANSWER
     assert body["answerable_probability"] is None  # no answer was there to be right
 
