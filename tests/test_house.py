@@ -87,3 +87,9 @@ def test_no_test_imports_a_benchmark_that_no_page_runs() -> None:
         m for m in imported if m.replace(".", "/") + ".py" not in pages and m.count(".") >= 2
     )
     assert uncited == []
+
+
+def test_the_answer_quality_page_says_what_is_in_300_lines() -> None:
+    """History lives in git; the page holds how answers are made, where each
+    preset stands and its limits."""
+    assert len((ROOT / "docs" / "answer-quality.md").read_text().splitlines()) <= 300

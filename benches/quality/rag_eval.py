@@ -65,7 +65,7 @@ from flask_app.inference.presets import PRESETS
 from flask_app.rag.answer import AnswerConfig, Grounding, ground
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
 from flask_app.rag.retrieval import StoredCollection
-from flask_app.rag.verifier import choose_gate
+from flask_app.rag.verifier import Gate, choose_gate
 from flask_app.services import Services, load_services
 from flask_app.settings import Settings
 
@@ -328,6 +328,17 @@ def grounded(
 UNVERIFIED = {"answer_refusal_probability": "off", "answer_probe": "off"}
 
 
+def opened(gate: Gate) -> Gate:
+    """The same verifier declining nothing: no answerability floor, threshold
+    0. Each answer then carries the probability it would be judged by, so one
+    run gives every threshold's right / wrong / declined
+    (benches/quality/frontier.py); the choice among candidates does not
+    depend on the threshold."""
+    if gate.verifier is None:
+        raise SystemExit(f"--open-gate needs a verifier: {gate.reason}")
+    return Gate(dataclasses.replace(gate.verifier, skip_below=None), threshold=0.0)
+
+
 def run_set(
     evset: EvalSet,
     llm: str,
@@ -339,9 +350,11 @@ def run_set(
     extract: bool,
     prompts: dict[str, str] | None = None,
     family: str = "sets",
+    open_gate: bool = False,
 ) -> list[dict[str, Any]]:
     """Each question of `splits` asked on each surface (`family`: "squad"
-    rows also carry SQuAD's exact match and F1 against the gold answers)."""
+    rows also carry SQuAD's exact match and F1 against the gold answers;
+    `open_gate`: the verifier declines nothing, see `opened`)."""
     name = evset.name
     items = evset.passages()
     questions = [q for q in evset.questions if q["split"] in splits][:limit]
@@ -349,6 +362,8 @@ def run_set(
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings.load({"data_dir": Path(tmp), "llm": llm, **overrides}, os.environ)
         services = load_services(settings)
+        if open_gate:
+            services = dataclasses.replace(services, gate=opened(services.gate))
         app = create_app(settings, services)
         client = app.test_client()
         upload_items(client, items)
@@ -531,6 +546,12 @@ def main() -> None:
         help="no verifier and no refusal gate: the model's first answer as it writes it",
     )
     parser.add_argument(
+        "--open-gate",
+        action="store_true",
+        help="the verifier declines nothing and every answer records its probability "
+        "(benches/quality/frontier.py reads the run at every threshold)",
+    )
+    parser.add_argument(
         "--rescore",
         action="store_true",
         help="recompute the tables of --json from the answers it holds (no model run)",
@@ -570,6 +591,8 @@ def main() -> None:
                 f"than {eval_sets.MAX_SHARED_WORDS} content word with their source"
                 + "".join(f"\n  {q} {sorted(w)}" for q, w in reused)
             )
+    if args.unverified and args.open_gate:
+        parser.error("--open-gate reads the verifier that --unverified turns off")
     overrides: dict[str, Any] = UNVERIFIED if args.unverified else {}
     for llm in args.llms:
         path = Settings.load({"llm": llm, **overrides}, os.environ).llm_path()
@@ -596,6 +619,8 @@ def main() -> None:
             "quant": settings.quant,
             "header_prompt": args.header_prompt,
             "footer_prompt": args.footer_prompt,
+            "open_gate": args.open_gate,
+            "skip_below": None if verifier is None else verifier.skip_below,
         }
     given = {"header_prompt": args.header_prompt, "footer_prompt": args.footer_prompt}
     client_prompts = {key: text for key, text in given.items() if text}
@@ -614,6 +639,7 @@ def main() -> None:
                 not args.whole_documents,
                 prompts=client_prompts,
                 family=family,
+                open_gate=args.open_gate,
             )
     tables = tabulate(rows, names, args.surfaces, splits)
     report = {"settings": models, "results": tables, "answers": rows}
