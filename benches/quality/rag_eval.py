@@ -579,7 +579,13 @@ def main() -> None:
     except eval_sets.SetError as exc:
         parser.error(str(exc))
     names = [s.name for s in chosen]
-    squad_names = frozenset(names[len(names) - len(articles) :]) if articles else frozenset()
+    # SQuAD's articles, by --squad or given by their directories, are their own family
+    built = (squad.default_dir() / "sets").resolve()
+    squad_names = frozenset(
+        s.name
+        for spec, s in zip(specs, chosen, strict=True)
+        if spec in articles or built in Path(spec).resolve().parents
+    )
     if len(set(names)) < len(names):
         parser.error(f"two sets share a name: {', '.join(names)}")
     for evset in chosen:
