@@ -4,6 +4,7 @@ documentation's football example, and a question the documents do not answer."""
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,9 +52,10 @@ def server(
     running.stop()
 
 
-# whether this CPU has AVX-512 (llama.cpp is compiled for the machine it runs on)
-AVX512 = (
-    "avx512f" in Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else False
+# an x86-64 CPU without AVX-512 (llama.cpp is compiled for the machine it runs on)
+_CPUINFO = Path("/proc/cpuinfo")
+AVX2_ONLY = platform.machine() == "x86_64" and (
+    not _CPUINFO.is_file() or "avx512f" not in _CPUINFO.read_text()
 )
 
 
@@ -128,7 +130,7 @@ def test_a_question_the_documents_do_not_answer_gets_the_fixed_sentence(
     if (
         preset_of(tour) == "qwen2.5-coder-0.5b"
         and question == "What is the door code for the office?"
-        and not AVX512
+        and AVX2_ONLY
     ):
         # llama.cpp's AVX2 kernels give other hidden states and samples than
         # its AVX-512 ones: there, the 0.5B declines this question
