@@ -64,6 +64,32 @@ def preset_of(base: str) -> str:
     return preset
 
 
+# Wrong answers a verifier passes, recorded as strict expected failures (each
+# turns red the day its preset declines): (preset, question, only on an
+# x86-64 CPU without AVX-512) -> the reason. llama.cpp's AVX2 kernels give
+# other hidden states and samples than its AVX-512 ones.
+KNOWN_WRONG = {
+    ("qwen2.5-coder-0.5b", "What is the door code for the office?", True): "on a CPU without "
+    "AVX-512 the 0.5B's verifier passes 'The door code for the office guest Wi-Fi network is "
+    "Calder-Guest.' (docs/limits.md)",
+    ("qwen2.5-coder-0.5b", "How fast is the guest Wi-Fi?", False): "the 0.5B's verifier passes "
+    "a sampled wrong answer under the client's prompt ('The guest Wi-Fi is 10:00 to 18:00.', "
+    "P 0.89)",
+    ("qwen2.5-coder-1.5b", "What are the kiosk's opening hours?", False): "the 1.5B answers "
+    "with the museum's hours and its verifier passes it (docs/limits.md: another document's "
+    "fact given as the answer)",
+}
+
+
+def expect_known_wrong(request: pytest.FixtureRequest, base: str, question: str) -> None:
+    """Mark this case an expected failure where KNOWN_WRONG records it."""
+    preset = preset_of(base)
+    for avx2_only in {False, AVX2_ONLY}:
+        reason = KNOWN_WRONG.get((preset, question, avx2_only))
+        if reason is not None:
+            request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+
+
 def answer(base: str, body: dict[str, Any]) -> dict[str, Any]:
     r = requests.post(base + "/answer", json=body, timeout=120)
     assert r.status_code == 200, r.text
@@ -127,20 +153,7 @@ def test_a_question_the_documents_do_not_answer_gets_the_fixed_sentence(
     request: pytest.FixtureRequest, tour: str, question: str
 ) -> None:
     """The verifier (or the model itself) declines what the tour's documents do not hold."""
-    if (
-        preset_of(tour) == "qwen2.5-coder-0.5b"
-        and question == "What is the door code for the office?"
-        and AVX2_ONLY
-    ):
-        # llama.cpp's AVX2 kernels give other hidden states and samples than
-        # its AVX-512 ones: there, the 0.5B declines this question
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="on a CPU without AVX-512 the 0.5B's verifier passes 'The door code "
-                "for the office guest Wi-Fi network is Calder-Guest.' (docs/limits.md)",
-            )
-        )
+    expect_known_wrong(request, tour, question)
     body = answer(tour, {"query": question})
     assert body["answer"] == NO_CONTEXT_ANSWER, body
     assert body["context_count"] == len(body["sources"]) >= 1  # the model was asked
@@ -168,14 +181,7 @@ def test_a_clients_own_system_prompt_still_declines_what_the_documents_do_not_ho
     request: pytest.FixtureRequest, tour: str, question: str
 ) -> None:
     """The verifier reads the answer written under the client's own prompt."""
-    if preset_of(tour) == "qwen2.5-coder-0.5b" and question == "How fast is the guest Wi-Fi?":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="the 0.5B's verifier passes a sampled wrong answer under the client's "
-                "prompt ('The guest Wi-Fi is 10:00 to 18:00.', P 0.89)",
-            )
-        )
+    expect_known_wrong(request, tour, question)
     body = answer(tour, {"query": question, **CLIENT_PROMPTS})
     assert body["answer"] == NO_CONTEXT_ANSWER, body
 
@@ -225,16 +231,10 @@ def test_another_documents_facts_are_not_given_as_the_answer(
     (P 0.40); the 1.5B's reads only the prompt and passes it (0.61 against
     its threshold 0.51, where "Who runs the kiosk?" gets 0.69): an expected
     failure for it, which turns red the day it declines."""
-    if preset_of(server) == "qwen2.5-coder-1.5b":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="the 1.5B answers with the museum's hours and its verifier passes it "
-                "(docs/limits.md: another document's fact given as the answer)",
-            )
-        )
+    question = "What are the kiosk's opening hours?"
+    expect_known_wrong(request, server, question)
     kiosk_and_museum(server)
-    body = answer(server, {"query": "What are the kiosk's opening hours?"})
+    body = answer(server, {"query": question})
     assert body["answer"] == NO_CONTEXT_ANSWER, body
 
 
