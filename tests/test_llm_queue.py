@@ -250,3 +250,33 @@ def test_greedy_answers_are_the_same_alone_and_beside_others() -> None:
     ]
     together = ["".join(s) for s in streams]
     assert together == alone
+
+
+def test_sequences_a_chosen_answer_gave_back_are_not_freed_again_when_it_closes() -> None:
+    """A question's losing candidates free their sequences when one is
+    chosen; another request may take them. Closing the first must then free
+    only what it still holds, or a third request is given the second's
+    sequence while it answers (llama.cpp: "positions are not continuous")."""
+    backend = ScriptedBackend("one two three four five six", token_delay=0.002)
+    llm = LLM(backend, max_waiters=4)
+    engine = engine_of(llm)
+    first = llm.generate(
+        MESSAGES,  # type: ignore[arg-type]
+        Ask(max_tokens=20, sampling=GREEDY, pause_at=2),
+        samples=3,
+        sample_sampling=Sampling(temperature=1.0, seed=1),
+    )
+    assert len(first.settle()) == 4
+    chosen = first.stream(0)  # the other three give their sequences back
+    next(chosen)
+    second = llm.generate(
+        [{"role": "user", "content": "another"}],  # type: ignore[list-item]
+        Ask(max_tokens=20, sampling=GREEDY, pause_at=1),
+    )
+    second.settle()
+    held_by_second = set(second._job.seqs)
+    first.close()
+    with engine.cond:
+        assert not held_by_second & set(engine._free), (held_by_second, engine._free)
+    assert "".join(second.stream(0)) == "one two three four five six"
+    second.close()

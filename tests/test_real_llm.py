@@ -161,3 +161,35 @@ def test_candidates_share_one_read_of_the_prompt_and_carry_their_states(batched:
     assert engine_of(batched).prompt_tokens_read - read <= batched.count_chat_tokens(
         ask(QUESTIONS[0])
     )
+
+
+def test_clients_choosing_among_candidates_at_once_each_get_their_answer(batched: LLM) -> None:
+    """Each client writes three short candidates, keeps the first (the others'
+    sequences go back and a waiting client takes them) and streams it to
+    its end, six clients at once on six sequences, three rounds."""
+    failures: list[BaseException] = []
+    answers: dict[int, str] = {}
+
+    def client(i: int) -> None:
+        try:
+            generation = batched.generate(
+                ask(QUESTIONS[i % 3]),
+                Ask(max_tokens=24, sampling=Sampling(temperature=0.0), pause_at=3),
+                samples=2,
+                sample_sampling=Sampling(temperature=0.8, seed=i),
+            )
+            generation.settle()
+            answers[i] = "".join(generation.stream(0))  # the greedy one
+            generation.close()
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    for _ in range(3):
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not failures, failures
+        facts = ("1998", "monday", "calder")
+        assert all(facts[i % 3] in text.lower() for i, text in answers.items()), answers

@@ -237,15 +237,17 @@ class BatchEngine:
         """(under the lock) Free the sequences of `job`'s dropped branches,
         and all of them once it is closed (bookkeeping only: no model call,
         so any thread may do it)."""
-        used = {run.seq for run in job.branches}
         for run in job.branches:
             if (job.closed or run.finish is Finish.CLOSED) and run.seq >= 0:
                 self._free_seq(run.seq)
+                # given back: another request may hold it from now on
+                job.seqs = [-1 if s == run.seq else s for s in job.seqs]
                 run.seq = -1
         if job.closed and job in self._jobs:
-            for seq in job.seqs:
-                if seq not in used:  # the prompt's, before it forked; spares
+            for seq in job.seqs:  # the prompt's, before it forked; spares
+                if seq >= 0:
                     self._free_seq(seq)
+            job.seqs = [-1] * len(job.seqs)
             self._jobs.remove(job)
         if job.closed and job in self._queue:
             self._queue.remove(job)

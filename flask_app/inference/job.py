@@ -284,6 +284,8 @@ class Job:
     def spawn(self, branches: Sequence[Branch]) -> None:
         """More branches from the same prompt, on the spare sequences."""
         with self.cond:
+            if any(run.finish is Finish.CLOSED for run in self.branches):
+                raise ValueError("one branch was chosen: its dropped sequences are given back")
             if (
                 len(self.branches) + len(self.spawning) + len(branches)
                 > len(self.request.branches) + self.request.spare

@@ -12,6 +12,7 @@ import llama_cpp
 
 _log = logging.getLogger("edgerag.llama")
 _installed: list[Any] = []  # keeps the C callback alive for the process lifetime
+GGML_LOG_LEVEL_ERROR = 4  # enum ggml_log_level (ggml.h)
 
 # llama.cpp file types (enum llama_ftype) by the names users know.
 FILE_TYPES = {
@@ -49,7 +50,8 @@ def route_llama_logs() -> None:
     def forward(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         message = text.decode("utf-8", errors="replace").rstrip()
         if message:
-            _log.debug(message)
+            # ggml's errors name the cause of a failed decode: kept in the log
+            _log.log(logging.ERROR if level == GGML_LOG_LEVEL_ERROR else logging.DEBUG, message)
 
     callback = llama_cpp.llama_log_callback(forward)
     llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
