@@ -270,7 +270,7 @@ def test_sequences_a_chosen_answer_gave_back_are_not_freed_again_when_it_closes(
     chosen = first.stream(0)  # the other three give their sequences back
     next(chosen)
     second = llm.generate(
-        [{"role": "user", "content": "another"}],  # type: ignore[list-item]
+        [{"role": "user", "content": "another"}],
         Ask(max_tokens=20, sampling=GREEDY, pause_at=1),
     )
     second.settle()
