@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from benches.search.http_search import percentiles
 from benches.search.request_path import edgerag_app, fill, search_call
 
 DIM = 384
@@ -61,12 +61,12 @@ def main() -> None:
                 call()
                 calls.append(time.perf_counter() - t1)
                 reads.append(t1 - t0)
-            calls.sort()
+            call_ms = percentiles(calls)
             row = {
                 "megabytes": round(memory.nbytes / 2**20, 1),
-                "read_p50_ms": round(statistics.median(reads) * 1e3, 3),
-                "call_p50_ms": round(statistics.median(calls) * 1e3, 3),
-                "call_p99_ms": round(calls[int(len(calls) * 0.99) - 1] * 1e3, 3),
+                "read_p50_ms": percentiles(reads)["p50_ms"],
+                "call_p50_ms": call_ms["p50_ms"],
+                "call_p99_ms": call_ms["p99_ms"],
             }
             report["rows"][str(n)] = row
             print(
