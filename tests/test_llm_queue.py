@@ -221,6 +221,23 @@ def test_a_later_branch_draws_from_the_same_first_step() -> None:
     assert engine_of(llm).prompt_tokens_read == read  # the prompt was not read again
 
 
+def test_branches_spawned_but_not_forked_when_one_is_chosen_are_never_written() -> None:
+    backend = ScriptedBackend("one two three four five six", token_delay=0.01)
+    llm = LLM(backend)
+    generation = llm.generate(
+        MESSAGES,  # type: ignore[arg-type]
+        Ask(max_tokens=20, sampling=GREEDY, pause_at=2, spare=3),
+    )
+    generation.settle()
+    job = generation.job
+    with job.cond:  # the engine cannot fork them before the choice
+        generation.spawn(3, Sampling(temperature=1.0, seed=5), 20, 2)
+        job.keep_only(0)
+    assert "".join(generation.stream(0)) == "one two three four five six"
+    assert len(job.branches) == 1  # not forked after the choice, nor decoded
+    generation.close()
+
+
 def test_a_paused_branch_goes_on_once_chosen() -> None:
     backend = ScriptedBackend("one two three four five six")
     llm = LLM(backend)

@@ -298,6 +298,7 @@ class Job:
         """Drop every branch but `index` (their sequences are freed) and let
         `index` go on if it paused."""
         with self.cond:
+            self.spawning = []  # asked for, not forked yet: never written
             for i, run in enumerate(self.branches):
                 if i != index and run.finish in (None, Finish.PAUSED):
                     run.finish = Finish.CLOSED
@@ -313,6 +314,7 @@ class Job:
             if self.closed:
                 return
             self.closed = True
+            self.spawning = []
             for run in self.branches:
                 if run.finish in (None, Finish.PAUSED):
                     run.finish = Finish.CLOSED
