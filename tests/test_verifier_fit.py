@@ -20,9 +20,13 @@ LLM = "qwen2.5-coder-0.5b"
 DIM = 16
 
 
-def write_rows(root: Path, family: str, split: str, seed: int, sets: int = 4) -> None:
+def write_rows(
+    root: Path, family: str, split: str, seed: int, sets: int = 4, answerable_axis: bool = False
+) -> None:
     """`sets` sets of 30 questions (a third unanswerable), 6 candidates each;
-    a right answer's states lean along the first axis."""
+    a right answer's states lean along the first axis (`answerable_axis`:
+    and an answerable question's prompt state along the second, while its
+    answers' states say less)."""
     rng = np.random.default_rng(seed)
     layers = len(candidates.LAYERS[LLM])
     for n in range(sets):
@@ -42,10 +46,13 @@ def write_rows(root: Path, family: str, split: str, seed: int, sets: int = 4) ->
             )
             base = rng.standard_normal((6, layers, DIM)).astype(np.float32)
             for c, right in enumerate(rights):
-                base[c, :, 0] += 2.0 if right else -2.0
+                base[c, :, 0] += (0.5 if answerable_axis else 2.0) * (1 if right else -1)
+            prompt = rng.standard_normal((layers, DIM)).astype(np.float32)
+            if answerable_axis:
+                prompt[:, 1] += 3.0 if answerable else -3.0
             states.append(
                 {
-                    "prompt": rng.standard_normal((layers, DIM)).astype(np.float16),
+                    "prompt": prompt.astype(np.float16),
                     "last": base.astype(np.float16),
                     "at8": base.astype(np.float16),
                     "at16": base.astype(np.float16),
@@ -113,4 +120,38 @@ def test_the_decline_target_decides_the_threshold(rows: Path) -> None:
         verifier_fit.outcome(devs[f], picks[f], lower).declined_share
         < verifier_fit.TARGETS[LLM][f] + verifier_fit.MARGIN
         for f in devs
+    )
+
+
+def test_the_shipped_prompt_probe_is_weighed_beside_the_answers_and_carried_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "rows"
+    write_rows(root, "squad", "train", 1, sets=6, answerable_axis=True)
+    write_rows(root, "squad", "dev", 2, answerable_axis=True)
+    write_rows(root, "sets", "dev", 3, sets=2, answerable_axis=True)
+    monkeypatch.setattr(verifier_fit, "cache_dir", lambda: root)
+    monkeypatch.setattr(verifier_fit, "CHOICES", tmp_path / "choices.json")
+    monkeypatch.setattr(verifier, "PROBES", tmp_path / "probes")
+    monkeypatch.setattr(verifier_fit, "READS", ("last",))
+    monkeypatch.setattr(verifier_fit, "CS", (0.1,))
+    layer = candidates.LAYERS[LLM][2]
+    weights = [0.0] * DIM
+    weights[1] = 1.5
+    shipped = {"layer": layer, "reads": "prompt", "weights": weights, "bias": 0.0}
+    (tmp_path / "probes").mkdir()
+    (tmp_path / "probes" / f"{LLM}.json").write_text(json.dumps({"answerable": shipped}))
+    chosen = verifier_fit.choose(LLM)
+    assert "answerable" in chosen["features"]
+    (tmp_path / "choices.json").write_text(json.dumps({LLM: chosen}))
+    first = verifier_fit.build(LLM).read_bytes()
+    assert verifier_fit.build(LLM).read_bytes() == first  # it carried the probe on
+    built = verifier.Verifier.read(tmp_path / "probes" / f"{LLM}.json")
+    assert built.answerable is not None and built.answerable.layer == layer
+    assert list(built.answerable.weights) == weights
+    assert built.layers() == tuple(sorted({layer, chosen["layer"]}))
+    # the same answer reads likelier right when the prompt reads answerable
+    state = np.zeros(DIM, np.float32)
+    assert built.probability(state, "a", [], [-0.1], 0.95) > built.probability(
+        state, "a", [], [-0.1], 0.05
     )

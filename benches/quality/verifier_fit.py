@@ -169,7 +169,28 @@ def auc(y: Array, score: Array) -> float:
 
 # --- the second stage: the probe's logit beside what else the server knows ---------
 
-COMBINED = ("agreement", "logprob", "grounded")
+COMBINED = ("agreement", "logprob", "grounded", "answerable")
+
+
+def prompt_probe(llm: str) -> verifier.LinearProbe | None:
+    """The answerability probe over the prompt's last token that the preset's
+    shipped file carries (None: it has none); a rebuilt file carries it on."""
+    path = verifier.verifier_path(llm)
+    if not path.is_file():
+        return None
+    held = json.loads(path.read_text()).get("answerable")
+    return None if held is None else verifier.LinearProbe.from_dict(held)
+
+
+def answerability_logits(rows: Rows, llm: str, qs: np.ndarray) -> Array:
+    """The shipped prompt probe's logit for each question of `qs` (NaN: no probe,
+    or its layer not in the rows)."""
+    probe = prompt_probe(llm)
+    if probe is None or probe.layer not in LAYERS[llm]:
+        return np.full(len(qs), np.nan)
+    at = LAYERS[llm].index(probe.layer)
+    held = rows.prompt[:, at].astype(np.float64)
+    return np.array([probe.logit(held[int(q)].astype(np.float32)) for q in qs])
 
 
 def features(
@@ -179,7 +200,8 @@ def features(
     verifier may weigh (NaN: not measurable), its label, question and
     candidate index. `logits`: the probe's, when given (out of fold)."""
     x, y, qs, cs = candidate_table(rows, probe.reads, probe.layer, llm, samples)
-    values: dict[str, list[float]] = {name: [] for name in COMBINED}
+    names = [n for n in COMBINED if n != "answerable"]
+    values: dict[str, list[float]] = {name: [] for name in names}
     for qi, ci in zip(qs, cs, strict=True):
         row = rows.questions[int(qi)]
         shown = row["candidates"][: None if samples is None else samples + 1]
@@ -192,10 +214,11 @@ def features(
             "logprob": float(np.mean(logprobs)) if logprobs else None,
             "grounded": verifier.grounded(text, row.get("prompt", "")),
         }
-        for name in COMBINED:
+        for name in names:
             value = found[name]
             values[name].append(np.nan if value is None else float(value))
     out = {name: np.asarray(v, dtype=np.float64) for name, v in values.items()}
+    out["answerable"] = answerability_logits(rows, llm, qs)
     out["correct"] = probe.logits(x) if logits is None else logits
     return out, y, qs, cs
 
@@ -490,7 +513,8 @@ def choose(llm: str) -> dict[str, Any]:
     probe = fit_probe(x, y, reads, layer, c)
     oof = out_of_fold_logits(train, reads, layer, llm, c)
     chosen: tuple[float, int, float | None, float, tuple[str, ...]] | None = None
-    for names in [(), *(tuple([n]) for n in COMBINED), COMBINED]:
+    combined = [n for n in COMBINED if n != "answerable" or prompt_probe(llm) is not None]
+    for names in [(), *(tuple([n]) for n in combined), tuple(combined)]:
         model = stage_one(probe) if not names else fit_second_stage(train, llm, probe, oof, names)
         print(f"features: probe{''.join(' + ' + n for n in names)}", flush=True)
         found = policy_for(llm, devs, model, SAMPLES)
@@ -506,6 +530,17 @@ def choose(llm: str) -> dict[str, Any]:
         "samples": chosen[1],
         "accept": chosen[2],
         "dev_auc": round(best[0], 4),
+    }
+
+
+def asdict_probe(probe: verifier.LinearProbe | None) -> dict[str, Any] | None:
+    if probe is None:
+        return None
+    return {
+        "layer": probe.layer,
+        "reads": probe.reads,
+        "weights": [float(w) for w in probe.weights],
+        "bias": probe.bias,
     }
 
 
@@ -573,6 +608,7 @@ def build(llm: str) -> Path:
             "weights": weights,
             "bias": bias,
         },
+        "answerable": asdict_probe(prompt_probe(llm)) if "answerable" in names else None,
         "combine": {"weights": model.weights, "bias": model.bias, "fill": model.fill},
         "policy": {
             "threshold": t,
