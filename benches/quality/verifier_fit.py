@@ -486,13 +486,13 @@ def policy_for(
     return best
 
 
-def choose(llm: str) -> dict[str, Any]:
-    """Stage by stage on dev: the state and C by AUC; then, with the probe
-    alone and beside each set of the other features, the samples and accept
-    point by the right answers at the decline target."""
+def choose(llm: str, reads_options: Sequence[str] = READS) -> dict[str, Any]:
+    """Stage by stage on dev: the state (among `reads_options`) and C by AUC;
+    then, with the probe alone and beside each set of the other features,
+    the samples and accept point by the right answers at the decline target."""
     train, devs = train_rows(llm), dev_rows(llm)
     best: tuple[float, str, int, float] | None = None
-    for reads in READS:
+    for reads in reads_options:
         if reads not in train.states:
             continue
         for layer in MEAN_LAYERS[llm] if reads == "mean" else LAYERS[llm]:
@@ -513,7 +513,10 @@ def choose(llm: str) -> dict[str, Any]:
     probe = fit_probe(x, y, reads, layer, c)
     oof = out_of_fold_logits(train, reads, layer, llm, c)
     chosen: tuple[float, int, float | None, float, tuple[str, ...]] | None = None
-    combined = [n for n in COMBINED if n != "answerable" or prompt_probe(llm) is not None]
+    # a feature the rows never measure (agreement without samples, answerability
+    # without a shipped prompt probe) is not weighed
+    measured, _, _, _ = features(train, llm, probe, None, oof)
+    combined = [n for n in COMBINED if np.isfinite(measured[n]).any()]
     for names in [(), *(tuple([n]) for n in combined), tuple(combined)]:
         model = stage_one(probe) if not names else fit_second_stage(train, llm, probe, oof, names)
         print(f"features: probe{''.join(' + ' + n for n in names)}", flush=True)
@@ -652,13 +655,22 @@ def main() -> None:
     parser.add_argument("--layer", type=int, default=14)
     parser.add_argument("--c", type=float, default=0.01)
     parser.add_argument("--accept", type=float, default=None)
+    parser.add_argument(
+        "--choose-reads",
+        nargs="+",
+        choices=READS,
+        default=list(READS),
+        help="choose: the states it may pick from (the state after 8 or 16 tokens: "
+        "the answer waits for no more than that many tokens before its first is sent; "
+        "'last' only for rows written as long as served answers)",
+    )
     args = parser.parse_args()
     if args.command == "layers":
         layers_table(args.llm, args.c)
     elif args.command == "frontier":
         frontier(args.llm, args.reads, args.layer, args.c, args.accept)
     elif args.command == "choose":
-        chosen = choose(args.llm)
+        chosen = choose(args.llm, args.choose_reads)
         every = json.loads(CHOICES.read_text()) if CHOICES.is_file() else {}
         every[args.llm] = chosen
         CHOICES.write_text(json.dumps(every, indent=1, sort_keys=True) + "\n")
