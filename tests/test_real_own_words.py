@@ -75,9 +75,6 @@ KNOWN_WRONG = {
     ("qwen2.5-coder-0.5b", "How fast is the guest Wi-Fi?", False): "the 0.5B's verifier passes "
     "a sampled wrong answer under the client's prompt ('The guest Wi-Fi is 10:00 to 18:00.', "
     "P 0.89)",
-    ("qwen2.5-coder-1.5b", "What are the kiosk's opening hours?", False): "the 1.5B answers "
-    "with the museum's hours and its verifier passes it (docs/limits.md: another document's "
-    "fact given as the answer)",
 }
 
 
@@ -227,10 +224,9 @@ def test_another_documents_facts_are_not_given_as_the_answer(
     request: pytest.FixtureRequest, server: str
 ) -> None:
     """The kiosk's opening hours are not stored; the museum's are, and share
-    words with the question. The 0.5B's verifier declines the museum's hours
-    (P 0.40); the 1.5B's reads only the prompt and passes it (0.61 against
-    its threshold 0.51, where "Who runs the kiosk?" gets 0.69): an expected
-    failure for it, which turns red the day it declines."""
+    words with the question. Both verifiers decline the museum's hours (the
+    1.5B's passed them while it read only the prompt: P 0.61 against its
+    threshold 0.51)."""
     question = "What are the kiosk's opening hours?"
     expect_known_wrong(request, server, question)
     kiosk_and_museum(server)

@@ -161,6 +161,11 @@ class BatchEngine:
         with self.cond:
             return len(self._jobs)
 
+    @property
+    def decoder(self) -> Decoder:
+        """What it decodes with (a benchmark drives it once the engine stopped)."""
+        return self._decoder
+
     def submit(self, request: Request) -> Job:
         if not request.prompt:
             raise ValueError("an empty prompt")
