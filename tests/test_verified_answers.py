@@ -14,8 +14,9 @@ from flask import Flask
 from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
+from flask_app.inference.presets import PRESETS
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
-from flask_app.rag.verifier import Gate, Verifier, VerifierError
+from flask_app.rag.verifier import Gate, Verifier, VerifierError, verifier_path
 from flask_app.settings import Settings
 from tests import stores
 from tests.verifiers import scripted_verifier, verifier_dict
@@ -263,3 +264,11 @@ def test_a_sampled_answer_replaces_the_greedy_one_only_when_likelier_by_the_marg
     app, _ = build(tmp_path, backend, samples=6, first_margin=margin)
     body = app.test_client().post("/answer", json={"query": QUESTION}).get_json()
     assert body["answer"] == chosen
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_each_preset_ships_a_verifier_for_its_default_file(preset: str) -> None:
+    shipped = Verifier.read(verifier_path(preset))
+    default = PRESETS[preset]
+    assert shipped.preset == preset
+    assert shipped.gguf_sha256 == default.files()[default.default_quant].sha256

@@ -27,6 +27,7 @@ the others; an unanswerable question's every answer is wrong.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -172,25 +173,32 @@ def auc(y: Array, score: Array) -> float:
 COMBINED = ("agreement", "logprob", "grounded", "answerable")
 
 
-def prompt_probe(llm: str) -> verifier.LinearProbe | None:
+def shipped_prompt_probe(llm: str) -> dict[str, Any] | None:
     """The answerability probe over the prompt's last token that the preset's
-    shipped file carries (None: it has none); a rebuilt file carries it on."""
+    shipped file carries, as the file holds it (None: it has none); a rebuilt
+    file carries it on unchanged."""
     path = verifier.verifier_path(llm)
     if not path.is_file():
         return None
-    held = json.loads(path.read_text()).get("answerable")
-    return None if held is None else verifier.LinearProbe.from_dict(held)
+    return _answerable_entry(path, path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _answerable_entry(path: Path, _mtime_ns: int) -> dict[str, Any] | None:
+    """(read once per version of the file: `features` runs many times)"""
+    held: dict[str, Any] | None = json.loads(path.read_text()).get("answerable")
+    return held
 
 
 def answerability_logits(rows: Rows, llm: str, qs: np.ndarray) -> Array:
-    """The shipped prompt probe's logit for each question of `qs` (NaN: no probe,
-    or its layer not in the rows)."""
-    probe = prompt_probe(llm)
-    if probe is None or probe.layer not in LAYERS[llm]:
+    """The shipped prompt probe's logit for each question of `qs`, as the
+    server computes it (NaN: no probe, or its layer not in the rows)."""
+    held = shipped_prompt_probe(llm)
+    if held is None or held["layer"] not in LAYERS[llm]:
         return np.full(len(qs), np.nan)
+    probe = verifier.LinearProbe.from_dict(held)
     at = LAYERS[llm].index(probe.layer)
-    held = rows.prompt[:, at].astype(np.float64)
-    return np.array([probe.logit(held[int(q)].astype(np.float32)) for q in qs])
+    return np.array([probe.logit(rows.prompt[int(q), at].astype(np.float32)) for q in qs])
 
 
 def features(
@@ -536,17 +544,6 @@ def choose(llm: str, reads_options: Sequence[str] = READS) -> dict[str, Any]:
     }
 
 
-def asdict_probe(probe: verifier.LinearProbe | None) -> dict[str, Any] | None:
-    if probe is None:
-        return None
-    return {
-        "layer": probe.layer,
-        "reads": probe.reads,
-        "weights": [float(w) for w in probe.weights],
-        "bias": probe.bias,
-    }
-
-
 def calibrate(logits: Array, right: Array) -> tuple[float, float]:
     """(a, b) with sigmoid(a * logit + b) calibrated on the chosen answers."""
     model = LogisticRegression(C=1e6, max_iter=1000, tol=1e-8)
@@ -611,7 +608,7 @@ def build(llm: str) -> Path:
             "weights": weights,
             "bias": bias,
         },
-        "answerable": asdict_probe(prompt_probe(llm)) if "answerable" in names else None,
+        "answerable": shipped_prompt_probe(llm) if "answerable" in names else None,
         "combine": {"weights": model.weights, "bias": model.bias, "fill": model.fill},
         "policy": {
             "threshold": t,
