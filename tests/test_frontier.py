@@ -60,7 +60,7 @@ def test_the_served_threshold_is_one_of_the_points() -> None:
     assert pytest.approx(points[0]["threshold"]) == 0.05
 
 
-def test_an_opened_gate_keeps_its_verifier_and_declines_nothing() -> None:
+def test_an_opened_gate_keeps_its_verifier_and_its_floor_at_threshold_zero() -> None:
     from benches.quality.rag_eval import opened
     from flask_app.rag.verifier import Gate
     from tests.verifiers import scripted_verifier
@@ -68,6 +68,6 @@ def test_an_opened_gate_keeps_its_verifier_and_declines_nothing() -> None:
     shipped = Gate(scripted_verifier(samples=1, skip_below=0.3), threshold=0.5)
     gate = opened(shipped)
     assert gate.threshold == 0.0 and gate.verifier is not None
-    assert gate.verifier.skip_below is None and gate.verifier.samples == 1
+    assert gate.verifier.skip_below == 0.3 and gate.verifier.samples == 1
     with pytest.raises(SystemExit, match="needs a verifier"):
         opened(Gate(None, reason="off"))

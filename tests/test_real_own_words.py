@@ -64,17 +64,18 @@ def preset_of(base: str) -> str:
     return preset
 
 
-# Wrong answers a verifier passes, recorded as strict expected failures (each
-# turns red the day its preset declines): (preset, question, only on an
-# x86-64 CPU without AVX-512) -> the reason. llama.cpp's AVX2 kernels give
-# other hidden states and samples than its AVX-512 ones.
+# Wrong answers a verifier passes, recorded as expected failures: (preset,
+# question, only on an x86-64 CPU without AVX-512) -> (the reason, strict).
+# A strict one turns red the day its preset declines; one at the edge of a
+# gate is not strict. llama.cpp's AVX2 kernels give other hidden states and
+# samples than its AVX-512 ones.
 KNOWN_WRONG = {
-    ("qwen2.5-coder-0.5b", "What is the door code for the office?", True): "on a CPU without "
-    "AVX-512 the 0.5B's verifier passes 'The door code for the office guest Wi-Fi network is "
-    "Calder-Guest.' (docs/limits.md)",
-    ("qwen2.5-coder-0.5b", "How fast is the guest Wi-Fi?", False): "the 0.5B's verifier passes "
-    "a sampled wrong answer under the client's prompt ('The guest Wi-Fi is 10:00 to 18:00.', "
-    "P 0.89)",
+    ("qwen2.5-coder-0.5b", "What is the door code for the office?", True): (
+        "on a CPU without AVX-512 the 0.5B's verifier passed 'The door code for the office "
+        "guest Wi-Fi network is Calder-Guest.' (docs/limits.md); its answerability floor "
+        "(0.05) reads this prompt at 0.047 on AVX-512 kernels, so either outcome on AVX2's",
+        False,
+    ),
 }
 
 
@@ -82,9 +83,10 @@ def expect_known_wrong(request: pytest.FixtureRequest, base: str, question: str)
     """Mark this case an expected failure where KNOWN_WRONG records it."""
     preset = preset_of(base)
     for avx2_only in {False, AVX2_ONLY}:
-        reason = KNOWN_WRONG.get((preset, question, avx2_only))
-        if reason is not None:
-            request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+        known = KNOWN_WRONG.get((preset, question, avx2_only))
+        if known is not None:
+            reason, strict = known
+            request.applymarker(pytest.mark.xfail(strict=strict, reason=reason))
 
 
 def answer(base: str, body: dict[str, Any]) -> dict[str, Any]:

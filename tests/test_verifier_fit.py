@@ -155,3 +155,76 @@ def test_the_shipped_prompt_probe_is_weighed_beside_the_answers_and_carried_on(
     assert built.probability(state, "a", [], [-0.1], 0.95) > built.probability(
         state, "a", [], [-0.1], 0.05
     )
+
+
+def test_a_preset_without_a_prompt_probe_fits_one_on_the_rows_and_ships_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "rows"
+    write_rows(root, "squad", "train", 1, sets=6, answerable_axis=True)
+    write_rows(root, "squad", "dev", 2, answerable_axis=True)
+    write_rows(root, "sets", "dev", 3, sets=2, answerable_axis=True)
+    monkeypatch.setattr(verifier_fit, "cache_dir", lambda: root)
+    monkeypatch.setattr(verifier_fit, "CHOICES", tmp_path / "choices.json")
+    monkeypatch.setattr(verifier, "PROBES", tmp_path / "probes")
+    monkeypatch.setattr(verifier_fit, "READS", ("last",))
+    monkeypatch.setattr(verifier_fit, "CS", (0.1,))
+    # without the option, no answerability is measured: the file ships none
+    assert "answerable" not in verifier_fit.choose(LLM)["features"]
+    chosen = verifier_fit.choose(LLM, fit_answerable=True)
+    assert "answerable" in chosen["features"]
+    fit = chosen["answerable_fit"]
+    assert fit["layer"] in candidates.LAYERS[LLM] and fit["dev_auc"] > 0.7
+    (tmp_path / "choices.json").write_text(json.dumps({LLM: chosen}))
+    first = verifier_fit.build(LLM).read_bytes()
+    # refitted from the rows, not read back from the file it wrote
+    assert verifier_fit.build(LLM).read_bytes() == first
+    built = verifier.Verifier.read(tmp_path / "probes" / f"{LLM}.json")
+    assert built.answerable is not None and built.answerable.reads == "prompt"
+    weights = np.abs(built.answerable.weights)
+    assert weights[1] > 3 * np.median(np.delete(weights, 1))
+    state = np.zeros(DIM, np.float32)
+    assert built.probability(state, "a", [], [-0.1], 0.95) > built.probability(
+        state, "a", [], [-0.1], 0.05
+    )
+
+
+def test_the_floor_is_added_to_the_file_as_it_stands_and_costs_few_right_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "rows"
+    write_rows(root, "squad", "train", 1, sets=6, answerable_axis=True)
+    write_rows(root, "squad", "dev", 2, answerable_axis=True)
+    write_rows(root, "sets", "dev", 3, sets=2, answerable_axis=True)
+    monkeypatch.setattr(verifier_fit, "cache_dir", lambda: root)
+    monkeypatch.setattr(verifier_fit, "CHOICES", tmp_path / "choices.json")
+    monkeypatch.setattr(verifier, "PROBES", tmp_path / "probes")
+    monkeypatch.setattr(verifier_fit, "READS", ("last",))
+    monkeypatch.setattr(verifier_fit, "CS", (0.1,))
+    (tmp_path / "choices.json").write_text(json.dumps({LLM: verifier_fit.choose(LLM)}))
+    path = verifier_fit.build(LLM)
+    before = json.loads(path.read_text())
+    assert before["answerable"] is None and before["policy"]["skip_below"] is None
+    first = verifier_fit.floor(LLM).read_bytes()
+    assert verifier_fit.floor(LLM).read_bytes() == first  # the same rows, the same file
+    after = json.loads(first)
+    # the answer probe, its weights and threshold as they were
+    for key in ("correct", "combine"):
+        assert after[key] == before[key]
+    assert after["policy"] == {**before["policy"], "skip_below": after["policy"]["skip_below"]}
+    floor = after["policy"]["skip_below"]
+    assert floor in verifier_fit.FLOORS
+    built = verifier.Verifier.read(path)
+    assert built.answerable is not None and built.skip_below == floor
+    # on dev, the floor declines many unanswerable questions and few right greedy answers
+    lost, declined = [], []
+    for rows in verifier_fit.dev_rows(LLM).values():
+        at = candidates.LAYERS[LLM].index(built.answerable.layer)
+        below = np.array(
+            [built.answerability({built.answerable.layer: s[at]}) < floor for s in rows.prompt]
+        )
+        right = np.array([r["candidates"][0]["grade"] == "right" for r in rows.questions])
+        answerable = np.array([r["expected"] is not None for r in rows.questions])
+        lost.append((below & right).sum() / answerable.sum())
+        declined.append((below & ~answerable).sum() / (~answerable).sum())
+    assert max(lost) <= verifier_fit.MAX_RIGHT_LOST and min(declined) > 0.5

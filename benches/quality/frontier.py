@@ -6,10 +6,9 @@
 
 A run made with `--open-gate` answers every question and records the
 probability the verifier gave the chosen answer: at threshold t a question
-is declined when its answer is a refusal or its probability is below t.
-For a verifier that reads only the prompt this is exactly what serving at
-t gives; for one that reads answers it is serving at t without the
-answerability floor (`skip_below`). Right and wrong are shares of the
+is declined when its answer is a refusal or its probability is below t
+(or the file's answerability floor declined it, at every t): exactly what
+serving at t gives. Right and wrong are shares of the
 answerable questions, declined of the unanswerable ones, per model, family
 (SQuAD's articles, our sets) and split; `--target` marks, per family, the
 lowest threshold that declines at least that share.

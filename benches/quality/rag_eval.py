@@ -329,14 +329,14 @@ UNVERIFIED = {"answer_refusal_probability": "off", "answer_probe": "off"}
 
 
 def opened(gate: Gate) -> Gate:
-    """The same verifier declining nothing: no answerability floor, threshold
-    0. Each answer then carries the probability it would be judged by, so one
-    run gives every threshold's right / wrong / declined
-    (benches/quality/frontier.py); the choice among candidates does not
-    depend on the threshold."""
+    """The same verifier at threshold 0: each answer carries the probability
+    it would be judged by, so one run gives every threshold's right / wrong /
+    declined (benches/quality/frontier.py); the choice among candidates does
+    not depend on the threshold. The file's answerability floor stays: what
+    it declines is declined at every threshold, as served."""
     if gate.verifier is None:
         raise SystemExit(f"--open-gate needs a verifier: {gate.reason}")
-    return Gate(dataclasses.replace(gate.verifier, skip_below=None), threshold=0.0)
+    return Gate(gate.verifier, threshold=0.0)
 
 
 def run_set(

@@ -22,6 +22,9 @@ the others; an unanswerable question's every answer is wrong.
   its threshold the highest-right point of dev that meets the decline
   target on every family), with the sha256 of the rows it was fitted on.
   The same rows give the same file, bit for bit.
+- `floor`: to the preset's file as it stands, an answerability probe over
+  the prompt (fitted on train) and the floor below which no candidate is
+  written: the highest that costs at most 2% of dev's right greedy answers.
 """
 
 from __future__ import annotations
@@ -201,12 +204,56 @@ def answerability_logits(rows: Rows, llm: str, qs: np.ndarray) -> Array:
     return np.array([probe.logit(rows.prompt[int(q), at].astype(np.float32)) for q in qs])
 
 
+def prompt_table(rows: Rows, llm: str, layer: int) -> tuple[Array, Array]:
+    """Per question: the prompt's last-token state at `layer`, and whether
+    its greedy answer is right (an unanswerable question's never is)."""
+    x = rows.prompt[:, LAYERS[llm].index(layer)].astype(np.float64)
+    y = np.array([row["candidates"][0]["grade"] == "right" for row in rows.questions])
+    return x, y.astype(np.float64)
+
+
+def fit_prompt_probe(rows: Rows, llm: str, layer: int, c: float) -> Probe:
+    """An answerability probe fitted on the rows: the prompt's state -> the
+    greedy answer is right (for a preset whose file ships none)."""
+    x, y = prompt_table(rows, llm, layer)
+    return fit_probe(x, y, "prompt", layer, c)
+
+
+def prompt_out_of_fold(rows: Rows, llm: str, layer: int, c: float) -> Array:
+    """The fitted prompt probe's logit of every train question from a fit without its article."""
+    from sklearn.model_selection import GroupKFold
+
+    x, y = prompt_table(rows, llm, layer)
+    groups = np.array([row["group"] for row in rows.questions])
+    out = np.zeros(len(y))
+    for train, held in GroupKFold(5).split(x, y, groups):
+        out[held] = fit_probe(x[train], y[train], "prompt", layer, c).logits(x[held])
+    return out
+
+
+def prompt_logits(rows: Rows, llm: str, prompt: Probe | None) -> Array:
+    """Per question: the answerability logit, from the fitted prompt probe
+    when given, else from the shipped one (NaN: neither)."""
+    if prompt is None:
+        return answerability_logits(rows, llm, np.arange(len(rows.questions)))
+    x, _ = prompt_table(rows, llm, prompt.layer)
+    return prompt.logits(x)
+
+
 def features(
-    rows: Rows, llm: str, probe: Probe, samples: int | None, logits: Array | None = None
+    rows: Rows,
+    llm: str,
+    probe: Probe,
+    samples: int | None,
+    logits: Array | None = None,
+    prompt: Probe | None = None,
+    prompt_oof: Array | None = None,
 ) -> tuple[dict[str, Array], Array, np.ndarray, np.ndarray]:
     """Per candidate of `candidate_table` (same order): each feature the
     verifier may weigh (NaN: not measurable), its label, question and
-    candidate index. `logits`: the probe's, when given (out of fold)."""
+    candidate index. `logits`: the probe's, when given (out of fold);
+    `prompt`: a fitted answerability probe (else the shipped one), its
+    per-question logits `prompt_oof` when given (out of fold)."""
     x, y, qs, cs = candidate_table(rows, probe.reads, probe.layer, llm, samples)
     names = [n for n in COMBINED if n != "answerable"]
     values: dict[str, list[float]] = {name: [] for name in names}
@@ -226,7 +273,8 @@ def features(
             value = found[name]
             values[name].append(np.nan if value is None else float(value))
     out = {name: np.asarray(v, dtype=np.float64) for name, v in values.items()}
-    out["answerable"] = answerability_logits(rows, llm, qs)
+    per_question = prompt_oof if prompt_oof is not None else prompt_logits(rows, llm, prompt)
+    out["answerable"] = per_question[qs] if len(qs) else np.zeros(0)
     out["correct"] = probe.logits(x) if logits is None else logits
     return out, y, qs, cs
 
@@ -239,11 +287,12 @@ class Model:
     weights: dict[str, float]  # by feature ("correct": the probe's logit)
     bias: float
     fill: dict[str, float]  # a feature that cannot be measured takes this
+    prompt: Probe | None = None  # the answerability probe fitted beside it (None: shipped)
 
     def probabilities(
         self, rows: Rows, llm: str, samples: int | None
     ) -> tuple[Array, np.ndarray, np.ndarray]:
-        values, _, qs, cs = features(rows, llm, self.probe, samples)
+        values, _, qs, cs = features(rows, llm, self.probe, samples, prompt=self.prompt)
         z = np.full(len(qs), self.bias)
         for name, weight in self.weights.items():
             column = values[name]
@@ -257,6 +306,7 @@ class Model:
             {k: a * w for k, w in self.weights.items()},
             a * self.bias + b,
             self.fill,
+            self.prompt,
         )
 
 
@@ -276,9 +326,18 @@ def out_of_fold_logits(rows: Rows, reads: str, layer: int, llm: str, c: float) -
     return out
 
 
-def fit_second_stage(rows: Rows, llm: str, probe: Probe, oof: Array, names: Sequence[str]) -> Model:
-    """Weights for the probe's (out-of-fold) logit and `names`, fitted on train."""
-    values, y, _, _ = features(rows, llm, probe, None, oof)
+def fit_second_stage(
+    rows: Rows,
+    llm: str,
+    probe: Probe,
+    oof: Array,
+    names: Sequence[str],
+    prompt: Probe | None = None,
+    prompt_oof: Array | None = None,
+) -> Model:
+    """Weights for the probe's (out-of-fold) logit and `names`, fitted on train
+    (`prompt`, `prompt_oof`: a fitted answerability probe and its out-of-fold logits)."""
+    values, y, _, _ = features(rows, llm, probe, None, oof, prompt, prompt_oof)
     fill = {name: float(np.nanmean(values[name])) for name in names}
     columns = ["correct", *names]
     matrix = np.column_stack(
@@ -287,7 +346,7 @@ def fit_second_stage(rows: Rows, llm: str, probe: Probe, oof: Array, names: Sequ
     model = LogisticRegression(C=1.0, max_iter=2000, tol=1e-8)
     model.fit(matrix, y)
     weights = {n: float(w) for n, w in zip(columns, model.coef_[0], strict=True)}
-    return Model(probe, weights, float(model.intercept_[0]), fill)
+    return Model(probe, weights, float(model.intercept_[0]), fill, prompt)
 
 
 # --- serving, simulated ---------------------------------------------------------
@@ -494,10 +553,47 @@ def policy_for(
     return best
 
 
-def choose(llm: str, reads_options: Sequence[str] = READS) -> dict[str, Any]:
+def choose_prompt_probe(train: Rows, devs: dict[str, Rows], llm: str) -> dict[str, Any]:
+    """The layer and C of an answerability probe fitted on the rows, by its
+    dev AUC (the greedy answer right, against wrong or unanswerable)."""
+    best: dict[str, Any] | None = None
+    for layer in LAYERS[llm]:
+        for c in CS:
+            probe = fit_prompt_probe(train, llm, layer, c)
+            aucs = []
+            for rows in devs.values():
+                x, y = prompt_table(rows, llm, layer)
+                aucs.append(auc(y, probe.logits(x)))
+            mean_auc = float(np.mean(aucs))
+            print(f"prompt {layer:3} C {c:<6} dev AUC {mean_auc:.3f} {aucs}", flush=True)
+            if best is None or mean_auc > best["dev_auc"]:
+                best = {"layer": layer, "c": c, "dev_auc": round(mean_auc, 4)}
+    assert best is not None
+    return best
+
+
+def fitted_prompt(
+    train: Rows, llm: str, choice: dict[str, Any]
+) -> tuple[Probe | None, Array | None]:
+    """The fitted answerability probe the choice names and its out-of-fold
+    train logits ((None, None): the shipped one is read instead)."""
+    fit = choice.get("answerable_fit")
+    if not fit:
+        return None, None
+    return (
+        fit_prompt_probe(train, llm, fit["layer"], fit["c"]),
+        prompt_out_of_fold(train, llm, fit["layer"], fit["c"]),
+    )
+
+
+def choose(
+    llm: str, reads_options: Sequence[str] = READS, fit_answerable: bool = False
+) -> dict[str, Any]:
     """Stage by stage on dev: the state (among `reads_options`) and C by AUC;
     then, with the probe alone and beside each set of the other features,
-    the samples and accept point by the right answers at the decline target."""
+    the samples and accept point by the right answers at the decline target.
+    `fit_answerable`: the answerability feature is a prompt probe fitted on
+    the rows (layer and C by dev AUC), not the one the shipped file carries."""
     train, devs = train_rows(llm), dev_rows(llm)
     best: tuple[float, str, int, float] | None = None
     for reads in reads_options:
@@ -520,20 +616,28 @@ def choose(llm: str, reads_options: Sequence[str] = READS) -> dict[str, Any]:
     x, y, _, _ = candidate_table(train, reads, layer, llm)
     probe = fit_probe(x, y, reads, layer, c)
     oof = out_of_fold_logits(train, reads, layer, llm, c)
+    prompt_choice = (
+        {"answerable_fit": choose_prompt_probe(train, devs, llm)} if fit_answerable else {}
+    )
+    prompt, prompt_oof = fitted_prompt(train, llm, prompt_choice)
     chosen: tuple[float, int, float | None, float, tuple[str, ...]] | None = None
     # a feature the rows never measure (agreement without samples, answerability
-    # without a shipped prompt probe) is not weighed
-    measured, _, _, _ = features(train, llm, probe, None, oof)
+    # without a prompt probe) is not weighed
+    measured, _, _, _ = features(train, llm, probe, None, oof, prompt, prompt_oof)
     combined = [n for n in COMBINED if np.isfinite(measured[n]).any()]
     for names in [(), *(tuple([n]) for n in combined), tuple(combined)]:
-        model = stage_one(probe) if not names else fit_second_stage(train, llm, probe, oof, names)
+        model = (
+            stage_one(probe)
+            if not names
+            else fit_second_stage(train, llm, probe, oof, names, prompt, prompt_oof)
+        )
         print(f"features: probe{''.join(' + ' + n for n in names)}", flush=True)
         found = policy_for(llm, devs, model, SAMPLES)
         # another feature must buy a point too
         if found is not None and (chosen is None or found[0] > chosen[0] + 0.01 * len(names)):
             chosen = (*found, names)
     assert chosen is not None, "no policy meets the decline targets on dev"
-    return {
+    out = {
         "reads": reads,
         "layer": layer,
         "c": c,
@@ -542,6 +646,9 @@ def choose(llm: str, reads_options: Sequence[str] = READS) -> dict[str, Any]:
         "accept": chosen[2],
         "dev_auc": round(best[0], 4),
     }
+    if "answerable" in chosen[4]:
+        out.update(prompt_choice)
+    return out
 
 
 def calibrate(logits: Array, right: Array) -> tuple[float, float]:
@@ -563,6 +670,14 @@ def reliability(p: Array, right: Array) -> list[str]:
     return lines
 
 
+def answerable_entry(llm: str, prompt: Probe | None) -> dict[str, Any] | None:
+    """The file's answerability probe: the fitted one, else the shipped one carried on."""
+    if prompt is None:
+        return shipped_prompt_probe(llm)
+    weights, bias = prompt.folded()
+    return {"layer": prompt.layer, "reads": "prompt", "weights": weights, "bias": bias}
+
+
 def build(llm: str) -> Path:
     """The verifier file of `llm`, from the train rows and the choice on dev."""
     choice = json.loads(CHOICES.read_text())[llm]
@@ -571,9 +686,10 @@ def build(llm: str) -> Path:
     x, y, _, _ = candidate_table(train, reads, layer, llm)
     probe = fit_probe(x, y, reads, layer, choice["c"])
     model = stage_one(probe)
+    prompt, prompt_oof = fitted_prompt(train, llm, choice)
     if names:
         oof = out_of_fold_logits(train, reads, layer, llm, choice["c"])
-        model = fit_second_stage(train, llm, probe, oof, names)
+        model = fit_second_stage(train, llm, probe, oof, names, prompt, prompt_oof)
     picks = {
         f: choices(rows, model, llm, choice["samples"], choice["accept"])
         for f, rows in devs.items()
@@ -608,7 +724,7 @@ def build(llm: str) -> Path:
             "weights": weights,
             "bias": bias,
         },
-        "answerable": shipped_prompt_probe(llm) if "answerable" in names else None,
+        "answerable": answerable_entry(llm, prompt) if "answerable" in names else None,
         "combine": {"weights": model.weights, "bias": model.bias, "fill": model.fill},
         "policy": {
             "threshold": t,
@@ -644,9 +760,57 @@ def build(llm: str) -> Path:
     return path
 
 
+# the answerability floors tried, and the share of dev's right greedy answers
+# (on every family) a floor may cost
+FLOORS = (0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
+MAX_RIGHT_LOST = 0.02
+
+
+def floor(llm: str) -> Path:
+    """An answerability floor for the preset's file as it stands: a prompt
+    probe fitted on train (layer and C by dev AUC) and the highest of
+    `FLOORS` that, on every dev family, declines no more than
+    `MAX_RIGHT_LOST` of the questions whose greedy answer is right. Below
+    it no candidate is written (the surface's decline, sooner); the file's
+    answer probe, weights and threshold stay as they are."""
+    train, devs = train_rows(llm), dev_rows(llm)
+    fit = choose_prompt_probe(train, devs, llm)
+    probe = fit_prompt_probe(train, llm, fit["layer"], fit["c"])
+    chosen = None
+    for at in FLOORS:
+        lost, declined = [], []
+        for rows in devs.values():
+            x, y = prompt_table(rows, llm, fit["layer"])
+            below = 1 / (1 + np.exp(-probe.logits(x))) < at
+            answerable = np.array([row["expected"] is not None for row in rows.questions])
+            lost.append(float((below & (y == 1)).sum() / max(1, answerable.sum())))
+            declined.append(float((below & ~answerable).sum() / max(1, (~answerable).sum())))
+        print(
+            f"floor {at}: right greedy answers lost {lost}, unanswerable declined {declined}",
+            flush=True,
+        )
+        if max(lost) > MAX_RIGHT_LOST:
+            break
+        chosen = at
+    path: Path = verifier.verifier_path(llm)
+    data = json.loads(path.read_text())
+    data["answerable"] = answerable_entry(llm, probe)
+    data["policy"]["skip_below"] = chosen
+    data.setdefault("trained", {})["floor"] = {
+        "rows": f"benches.quality.candidates --llm {llm} (SQuAD v1.1 train, CC BY-SA 4.0)",
+        "rows_sha256": train.digest(),
+        "train_questions": len(train.questions),
+        "answerable_fit": fit,
+        "max_right_lost": MAX_RIGHT_LOST,
+    }
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"{llm}: answerability floor {chosen} (layer {fit['layer']}, C {fit['c']}) -> {path}")
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["layers", "frontier", "choose", "build"])
+    parser.add_argument("command", choices=["layers", "frontier", "choose", "build", "floor"])
     parser.add_argument("--llm", choices=list(PRESETS), required=True)
     parser.add_argument("--reads", default="last")
     parser.add_argument("--layer", type=int, default=14)
@@ -661,17 +825,25 @@ def main() -> None:
         "the answer waits for no more than that many tokens before its first is sent; "
         "'last' only for rows written as long as served answers)",
     )
+    parser.add_argument(
+        "--fit-answerable",
+        action="store_true",
+        help="choose: weigh an answerability probe fitted on the rows' prompt states "
+        "instead of the one the shipped file carries",
+    )
     args = parser.parse_args()
     if args.command == "layers":
         layers_table(args.llm, args.c)
     elif args.command == "frontier":
         frontier(args.llm, args.reads, args.layer, args.c, args.accept)
     elif args.command == "choose":
-        chosen = choose(args.llm, args.choose_reads)
+        chosen = choose(args.llm, args.choose_reads, args.fit_answerable)
         every = json.loads(CHOICES.read_text()) if CHOICES.is_file() else {}
         every[args.llm] = chosen
         CHOICES.write_text(json.dumps(every, indent=1, sort_keys=True) + "\n")
         print(f"{args.llm}: {chosen} -> {CHOICES}")
+    elif args.command == "floor":
+        floor(args.llm)
     else:
         build(args.llm)
 
