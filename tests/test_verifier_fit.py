@@ -149,6 +149,10 @@ def test_the_shipped_prompt_probe_is_weighed_beside_the_answers_and_carried_on(
     built = verifier.Verifier.read(tmp_path / "probes" / f"{LLM}.json")
     assert built.answerable is not None and built.answerable.layer == layer
     assert list(built.answerable.weights) == weights
+    # a floor would replace the prompt probe its weights were fitted with
+    with pytest.raises(SystemExit, match="weighs its answerability probe"):
+        verifier_fit.floor(LLM)
+    assert verifier.verifier_path(LLM).read_bytes() == first
     assert built.layers() == tuple(sorted({layer, chosen["layer"]}))
     # the same answer reads likelier right when the prompt reads answerable
     state = np.zeros(DIM, np.float32)

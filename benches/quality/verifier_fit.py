@@ -773,6 +773,13 @@ def floor(llm: str) -> Path:
     `MAX_RIGHT_LOST` of the questions whose greedy answer is right. Below
     it no candidate is written (the surface's decline, sooner); the file's
     answer probe, weights and threshold stay as they are."""
+    path: Path = verifier.verifier_path(llm)
+    data = json.loads(path.read_text())
+    if "answerable" in data["combine"]["weights"]:
+        raise SystemExit(
+            f"{path} weighs its answerability probe beside the answer's: "
+            "a floor would replace the probe those weights were fitted with"
+        )
     train, devs = train_rows(llm), dev_rows(llm)
     fit = choose_prompt_probe(train, devs, llm)
     probe = fit_prompt_probe(train, llm, fit["layer"], fit["c"])
@@ -792,8 +799,6 @@ def floor(llm: str) -> Path:
         if max(lost) > MAX_RIGHT_LOST:
             break
         chosen = at
-    path: Path = verifier.verifier_path(llm)
-    data = json.loads(path.read_text())
     data["answerable"] = answerable_entry(llm, probe)
     data["policy"]["skip_below"] = chosen
     data.setdefault("trained", {})["floor"] = {
