@@ -104,6 +104,8 @@ def test_a_question_the_documents_hardly_hold_is_declined_before_writing(tmp_pat
     body = app.test_client().post("/answer", json={"query": QUESTION}).get_json()
     assert body["answer"] == NO_CONTEXT_ANSWER and body["answerable_probability"] is None
     assert backend.closed_early == 1  # stopped at its first token
+    gate = app.test_client().get("/health").get_json()["llm"]["answer_gate"]
+    assert gate["kind"] == "verifier" and gate["floor"] == 0.1
 
 
 def test_an_answer_longer_than_the_candidates_goes_on_once_chosen(tmp_path: Path) -> None:

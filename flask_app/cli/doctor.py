@@ -126,7 +126,9 @@ def answer_gate(settings: Settings) -> Check:
             "answer gate",
             True,
             f"verifier {name} (layer {verifier.layer}, {verifier.samples} samples, "
-            f"threshold {gate.threshold:.3g})",
+            f"threshold {gate.threshold:.3g}"
+            + ("" if verifier.skip_below is None else f", floor {verifier.skip_below:.3g}")
+            + ")",
         )
     refusal = settings.calibration().refusal_probability
     return Check("answer gate", True, f"unverified, refusal gate {refusal}: {gate.reason}")

@@ -266,6 +266,7 @@ class Gate:
             "reads": "prompt" if v.correct is None else v.correct.reads,
             "samples": v.samples,
             "accept": v.accept,
+            "floor": v.skip_below,
             "features": sorted(v.combine),
             "file": None if v.path is None else v.path.name,
         }

@@ -154,6 +154,7 @@ class AnswerGate(BaseModel):
     layer: int | None = None  # verifier: the hidden layer it reads
     samples: int | None = None  # verifier: sampled answers written beside the greedy one
     accept: float | None = None  # verifier: no samples when the greedy one reaches this
+    floor: float | None = None  # verifier: answerability below which nothing is written
     features: list[str] | None = None  # verifier: what it combines
     file: str | None = None  # verifier: its file
     refusal_probability: float | None = None  # unverified: the first-token threshold
