@@ -310,7 +310,7 @@ def test_the_store_the_cli_tour_filled_is_shown_and_answers(
 
 def test_the_page_names_the_verifier_and_its_threshold(browser: WebDriver, tmp_path: Path) -> None:
     """The header's "answer gate" says the verifier checks answers, at which
-    threshold (three figures), with how many sampled answers."""
+    threshold (three figures), with how many sampled answers and its floor."""
     from flask_app.rag.verifier import Gate
     from tests.verifiers import scripted_verifier
 
@@ -322,7 +322,7 @@ def test_the_page_names_the_verifier_and_its_threshold(browser: WebDriver, tmp_p
             Store(settings.data_dir),
             LLM(ScriptedBackend("Closed on Mondays."), timeout=30),
             HashEmbedder(),
-            gate=Gate(scripted_verifier(samples=3), threshold=0.42317),
+            gate=Gate(scripted_verifier(samples=3, skip_below=0.05), threshold=0.42317),
         ),
     )
     with serve_in_thread(app) as base:
@@ -330,4 +330,4 @@ def test_the_page_names_the_verifier_and_its_threshold(browser: WebDriver, tmp_p
         wait = WebDriverWait(browser, 20)
         wait.until(ec.text_to_be_present_in_element((By.ID, "health-gate"), "verified"))
         label = browser.find_element(By.ID, "health-gate").text
-        assert label == "verified ≥ 0.423, 3 samples"
+        assert label == "verified ≥ 0.423, 3 samples, floor 0.05"

@@ -54,7 +54,10 @@ const base = () => `/namespaces/${encodeURIComponent(ns())}/collections/${encode
 
 // "probe ≥ 0.42" when the hidden-state probe decides, else the refusal gate's thresholds
 function gateLabel(gate) {
-  if (gate.kind === "verifier") return `verified ≥ ${Number(gate.threshold.toPrecision(3))}, ${gate.samples} samples`;
+  if (gate.kind === "verifier") {
+    const floor = gate.floor == null ? "" : `, floor ${Number(gate.floor.toPrecision(3))}`;
+    return `verified ≥ ${Number(gate.threshold.toPrecision(3))}, ${gate.samples} samples${floor}`;
+  }
   return `unverified, refusal ${gate.refusal_probability}`;
 }
 
