@@ -123,9 +123,9 @@ def test_the_decline_target_decides_the_threshold(rows: Path) -> None:
     )
 
 
-def test_the_shipped_prompt_probe_is_weighed_beside_the_answers_and_carried_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def answerable_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Rows whose answerable questions' prompt states lean along the second axis."""
     root = tmp_path / "rows"
     write_rows(root, "squad", "train", 1, sets=6, answerable_axis=True)
     write_rows(root, "squad", "dev", 2, answerable_axis=True)
@@ -135,6 +135,12 @@ def test_the_shipped_prompt_probe_is_weighed_beside_the_answers_and_carried_on(
     monkeypatch.setattr(verifier, "PROBES", tmp_path / "probes")
     monkeypatch.setattr(verifier_fit, "READS", ("last",))
     monkeypatch.setattr(verifier_fit, "CS", (0.1,))
+    return root
+
+
+def test_the_shipped_prompt_probe_is_weighed_beside_the_answers_and_carried_on(
+    answerable_rows: Path, tmp_path: Path
+) -> None:
     layer = candidates.LAYERS[LLM][2]
     weights = [0.0] * DIM
     weights[1] = 1.5
@@ -162,17 +168,8 @@ def test_the_shipped_prompt_probe_is_weighed_beside_the_answers_and_carried_on(
 
 
 def test_a_preset_without_a_prompt_probe_fits_one_on_the_rows_and_ships_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    answerable_rows: Path, tmp_path: Path
 ) -> None:
-    root = tmp_path / "rows"
-    write_rows(root, "squad", "train", 1, sets=6, answerable_axis=True)
-    write_rows(root, "squad", "dev", 2, answerable_axis=True)
-    write_rows(root, "sets", "dev", 3, sets=2, answerable_axis=True)
-    monkeypatch.setattr(verifier_fit, "cache_dir", lambda: root)
-    monkeypatch.setattr(verifier_fit, "CHOICES", tmp_path / "choices.json")
-    monkeypatch.setattr(verifier, "PROBES", tmp_path / "probes")
-    monkeypatch.setattr(verifier_fit, "READS", ("last",))
-    monkeypatch.setattr(verifier_fit, "CS", (0.1,))
     # without the option, no answerability is measured: the file ships none
     assert "answerable" not in verifier_fit.choose(LLM)["features"]
     chosen = verifier_fit.choose(LLM, fit_answerable=True)
@@ -194,17 +191,8 @@ def test_a_preset_without_a_prompt_probe_fits_one_on_the_rows_and_ships_it(
 
 
 def test_the_floor_is_added_to_the_file_as_it_stands_and_costs_few_right_answers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    answerable_rows: Path, tmp_path: Path
 ) -> None:
-    root = tmp_path / "rows"
-    write_rows(root, "squad", "train", 1, sets=6, answerable_axis=True)
-    write_rows(root, "squad", "dev", 2, answerable_axis=True)
-    write_rows(root, "sets", "dev", 3, sets=2, answerable_axis=True)
-    monkeypatch.setattr(verifier_fit, "cache_dir", lambda: root)
-    monkeypatch.setattr(verifier_fit, "CHOICES", tmp_path / "choices.json")
-    monkeypatch.setattr(verifier, "PROBES", tmp_path / "probes")
-    monkeypatch.setattr(verifier_fit, "READS", ("last",))
-    monkeypatch.setattr(verifier_fit, "CS", (0.1,))
     (tmp_path / "choices.json").write_text(json.dumps({LLM: verifier_fit.choose(LLM)}))
     path = verifier_fit.build(LLM)
     before = json.loads(path.read_text())

@@ -221,14 +221,9 @@ def fit_prompt_probe(rows: Rows, llm: str, layer: int, c: float) -> Probe:
 
 def prompt_out_of_fold(rows: Rows, llm: str, layer: int, c: float) -> Array:
     """The fitted prompt probe's logit of every train question from a fit without its article."""
-    from sklearn.model_selection import GroupKFold
-
     x, y = prompt_table(rows, llm, layer)
     groups = np.array([row["group"] for row in rows.questions])
-    out = np.zeros(len(y))
-    for train, held in GroupKFold(5).split(x, y, groups):
-        out[held] = fit_probe(x[train], y[train], "prompt", layer, c).logits(x[held])
-    return out
+    return folded_logits(x, y, groups, "prompt", layer, c)
 
 
 def prompt_logits(rows: Rows, llm: str, prompt: Probe | None) -> Array:
@@ -316,10 +311,17 @@ def stage_one(probe: Probe) -> Model:
 
 def out_of_fold_logits(rows: Rows, reads: str, layer: int, llm: str, c: float) -> Array:
     """The probe's logit of every train candidate from a fit without its article."""
-    from sklearn.model_selection import GroupKFold
-
     x, y, qs, _ = candidate_table(rows, reads, layer, llm)
     groups = np.array([rows.questions[int(q)]["group"] for q in qs])
+    return folded_logits(x, y, groups, reads, layer, c)
+
+
+def folded_logits(
+    x: Array, y: Array, groups: np.ndarray, reads: str, layer: int, c: float
+) -> Array:
+    """Each row's logit from a probe fitted without its group (5 folds by article)."""
+    from sklearn.model_selection import GroupKFold
+
     out = np.zeros(len(y))
     for train, held in GroupKFold(5).split(x, y, groups):
         out[held] = fit_probe(x[train], y[train], reads, layer, c).logits(x[held])
