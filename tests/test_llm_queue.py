@@ -258,6 +258,43 @@ def test_a_second_prompt_reads_only_what_it_does_not_share_with_the_first() -> N
     assert engine_of(llm).prompt_tokens_read - read < 10
 
 
+def test_an_idle_request_reads_all_but_its_system_turn_whatever_came_before() -> None:
+    """A request that finds the model idle starts as on a fresh start: the
+    cache is emptied but for the system turn, which the first request after
+    an emptying read in a step of its own (the real model's numbers then do
+    not depend on what was asked before: tests/test_real_llm.py)."""
+    backend = ScriptedBackend("ok")
+    llm = LLM(backend)
+    engine = engine_of(llm)
+    steps: list[int] = []
+    decode = engine.decoder.decode
+
+    def recording(entries, layers):  # type: ignore[no-untyped-def]
+        steps.append(len(entries))
+        return decode(entries, layers)
+
+    engine.decoder.decode = recording  # type: ignore[method-assign]
+    system = {"role": "system", "content": "a long stable system prompt " * 10}
+    question = [system, {"role": "user", "content": "the same question"}]
+    llm.chat(question)  # type: ignore[arg-type]
+    request = backend.requests[-1]
+    system_turn = "".join(backend.vocab[t] for t in request.prompt[: request.stable])
+    assert system_turn.startswith("<|system|>") and "question" not in system_turn
+    assert system_turn.split()[-1] == "prompt"  # all of the system message
+    assert steps[0] == request.stable  # read alone
+    llm.chat([system, {"role": "user", "content": "another question"}])  # type: ignore[list-item]
+    read = engine.prompt_tokens_read
+    llm.chat(question)  # type: ignore[arg-type]
+    # the rest of the first read of this very prompt was not kept
+    assert engine.prompt_tokens_read - read == len(request.prompt) - request.stable
+    llm.chat([{"role": "user", "content": "no system turn"}])  # type: ignore[list-item]
+    assert backend.requests[-1].stable == 0
+    read = engine.prompt_tokens_read
+    llm.chat(question)  # type: ignore[arg-type]
+    assert engine.prompt_tokens_read - read == len(request.prompt)  # read afresh, as at first
+    assert steps[-3] == request.stable  # the system turn alone again
+
+
 def test_greedy_answers_are_the_same_alone_and_beside_others() -> None:
     backend = ScriptedBackend(lambda prompt: f"reply {prompt.split()[1]} done", token_delay=0.005)
     llm = LLM(backend)
@@ -294,6 +331,7 @@ def test_sequences_a_chosen_answer_gave_back_are_not_freed_again_when_it_closes(
     held_by_second = set(second._job.seqs)
     first.close()
     with engine.cond:
-        assert not held_by_second & set(engine._free), (held_by_second, engine._free)
+        free = set(engine.sequences.free)
+        assert not held_by_second & free, (held_by_second, free)
     assert "".join(second.stream(0)) == "one two three four five six"
     second.close()

@@ -144,6 +144,51 @@ def test_greedy_answers_decoded_together_are_those_written_alone(batched: LLM) -
     assert "1998" in alone[0] and "Monday" in alone[1] and "Calder-Guest" in alone[2]
 
 
+def _numbers(llm: LLM, question: str) -> tuple[str, tuple[float, ...], bytes, bytes, object]:
+    """What a verified answer is made of: the greedy answer, its tokens'
+    log-probabilities, the hidden states at the prompt's end and at the
+    answer's last token, and the first step's refusal probability."""
+    generation = llm.generate(
+        ask(question),
+        Ask(
+            max_tokens=16,
+            sampling=Sampling(temperature=0.0),
+            layers=(14,),
+            refusal_starts=("I", "Sorry"),
+        ),
+    )
+    first, prompt_state = generation.reading()
+    (answer,) = generation.settle()
+    generation.close()
+    return (
+        answer.text,
+        answer.logprobs,
+        prompt_state[14].tobytes(),
+        answer.last_state[14].tobytes(),
+        first.refusal_probability,
+    )
+
+
+def test_a_question_gets_the_same_numbers_whatever_was_asked_before(batched: LLM) -> None:
+    """Asked again after other questions, sampled answers and another system
+    prompt, a question's answer, probabilities and hidden states are the
+    same bit for bit (the probes read them: an answer near a threshold
+    would otherwise be given or declined by what came before)."""
+    before = _numbers(batched, QUESTIONS[1])
+    batched.chat(ask(QUESTIONS[0]), max_tokens=24, sampling=Sampling(temperature=0.0))
+    sampled = batched.generate(
+        ask(QUESTIONS[2]),
+        Ask(max_tokens=12, sampling=Sampling(temperature=0.0)),
+        samples=3,
+        sample_sampling=Sampling(temperature=0.8, seed=3),
+    )
+    sampled.settle()
+    sampled.close()
+    batched.chat(ask(QUESTIONS[2], system="Another system prompt."), max_tokens=8)
+    assert _numbers(batched, QUESTIONS[1]) == before
+    assert _numbers(batched, QUESTIONS[1]) == before  # from the cached system turn
+
+
 def test_candidates_share_one_read_of_the_prompt_and_carry_their_states(batched: LLM) -> None:
     read = engine_of(batched).prompt_tokens_read
     generation = batched.generate(

@@ -76,6 +76,12 @@ KNOWN_WRONG = {
         "(0.05) reads this prompt at 0.047 on AVX-512 kernels, so either outcome on AVX2's",
         False,
     ),
+    ("qwen2.5-coder-0.5b", "How fast is the guest Wi-Fi?", False): (
+        "read on the client's own prompt, the 0.5B writes 'The guest Wi-Fi is 10:00 to "
+        "18:00.' and its answer probe gives it P 0.89; the answerability floor reads the "
+        "prompt above 0.05 (docs/answer-quality.md, Limits)",
+        True,
+    ),
 }
 
 
@@ -86,6 +92,8 @@ def expect_known_wrong(request: pytest.FixtureRequest, base: str, question: str)
         known = KNOWN_WRONG.get((preset, question, avx2_only))
         if known is not None:
             reason, strict = known
+            # recorded on AVX-512 kernels; other kernels round otherwise
+            strict = strict and not AVX2_ONLY
             request.applymarker(pytest.mark.xfail(strict=strict, reason=reason))
 
 

@@ -12,10 +12,9 @@ chunk of the prompt of the oldest request still reading, so requests join
 between steps and a long prompt does not stall answers already streaming.
 
 Sequences are the slots: a request is admitted, in arrival order, when the
-sequences it reserves are free. A free sequence keeps what it held, so the
-next prompt starts from the longest start it shares with one (the system
-prompt, the same passages) and only the rest is read. Hidden states are
-read where they are computed anyway: at the prompt's last token, and at
+sequences it reserves are free; where its prompt starts reading (what the
+cache already holds of it) is `sequences.Sequences`'s to say. Hidden states
+are read where they are computed anyway: at the prompt's last token, and at
 each branch's newest token.
 
 Every call into the model happens on the driver thread; callers only mark
@@ -47,6 +46,7 @@ from flask_app.inference.job import (
     State,
 )
 from flask_app.inference.sampler import Logits
+from flask_app.inference.sequences import Sequences
 
 __all__ = [
     "BatchEngine",
@@ -62,13 +62,6 @@ __all__ = [
     "Request",
     "State",
 ]
-
-
-def _shared_start(a: Sequence[int], b: Sequence[int]) -> int:
-    n, most = 0, min(len(a), len(b))
-    while n < most and a[n] == b[n]:
-        n += 1
-    return n
 
 
 @dataclass
@@ -112,6 +105,8 @@ def plan(jobs: Sequence[Job], n_batch: int, prompt_chunk: int) -> _Plan:
         return _Plan(entries, owners, tuple(sorted(layers)))
     room = n_batch - len(entries)
     chunk = min(room, prompt_chunk) if entries else room
+    if reading.read < reading.request.stable:
+        chunk = min(chunk, reading.request.stable - reading.read)
     prompt = reading.request.prompt
     part = prompt[reading.read : reading.read + chunk]
     for i, token in enumerate(part):
@@ -136,8 +131,7 @@ class BatchEngine:
         self.cond = threading.Condition()
         self._queue: deque[Job] = deque()  # waiting for sequences, in arrival order
         self._jobs: list[Job] = []  # admitted
-        self._free = list(range(n_seq))
-        self._held: dict[int, list[int]] = {s: [] for s in range(n_seq)}  # tokens in each seq
+        self.sequences = Sequences(decoder, n_seq)
         self._stopping = False
         self.steps = 0  # batches decoded
         self.prompt_tokens_read = 0  # prompt tokens decoded (not found in the cache)
@@ -154,7 +148,7 @@ class BatchEngine:
     @property
     def busy_seqs(self) -> int:
         with self.cond:
-            return self.n_seq - len(self._free)
+            return self.n_seq - len(self.sequences.free)
 
     @property
     def active(self) -> int:
@@ -203,7 +197,7 @@ class BatchEngine:
                     jobs = {o.job for o in plan.owners if o is not None}
                     if plan.reading is not None:
                         jobs.add(plan.reading)
-                    if isinstance(failure, ContextFull) and self._forget_free_seqs():
+                    if isinstance(failure, ContextFull) and self.sequences.forget_free():
                         continue  # room made: the same batch goes again
                     if isinstance(failure, ContextFull) and jobs:
                         jobs = {max(jobs, key=lambda j: j.submitted)}  # the newest gives way
@@ -218,19 +212,8 @@ class BatchEngine:
             run.finish = run.finish or Finish.CLOSED
         self.release(job)
 
-    def _forget_free_seqs(self) -> bool:
-        """(under the lock) Drop what free sequences still hold; False when
-        they held nothing."""
-        forgot = False
-        for seq in self._free:
-            if self._held[seq]:
-                self._decoder.seq_rm(seq, 0)
-                self._held[seq] = []
-                forgot = True
-        return forgot
-
     def _has_work(self) -> bool:
-        if self._queue and len(self._free) >= self._queue[0].request.seqs:
+        if self._queue and len(self.sequences.free) >= self._queue[0].request.seqs:
             return True
         return any(
             job.spawning or _reading(job) or any(_decoding(r) for r in job.branches)
@@ -244,14 +227,14 @@ class BatchEngine:
         so any thread may do it)."""
         for run in job.branches:
             if (job.closed or run.finish is Finish.CLOSED) and run.seq >= 0:
-                self._free_seq(run.seq)
+                self.sequences.give_back(run.seq)
                 # given back: another request may hold it from now on
                 job.seqs = [-1 if s == run.seq else s for s in job.seqs]
                 run.seq = -1
         if job.closed and job in self._jobs:
             for seq in job.seqs:  # the prompt's, before it forked; spares
                 if seq >= 0:
-                    self._free_seq(seq)
+                    self.sequences.give_back(seq)
             job.seqs = [-1] * len(job.seqs)
             self._jobs.remove(job)
         if job.closed and job in self._queue:
@@ -265,38 +248,15 @@ class BatchEngine:
             if not job.closed and job.spawning and job.first_logits is not None:
                 self._fork(job, job.spawning)
                 job.spawning = []
-        while self._queue and len(self._free) >= self._queue[0].request.seqs:
+        while self._queue and len(self.sequences.free) >= self._queue[0].request.seqs:
             self._admit(self._queue.popleft())
 
-    def _free_seq(self, seq: int) -> None:
-        if seq not in self._free:
-            self._free.append(seq)
-
     def _admit(self, job: Job) -> None:
-        """(under the lock) Give `job` its sequences; its prompt starts from
-        the longest start any sequence holds (a free one's, or shared with
-        one in use)."""
-        prompt = job.request.prompt
-        head = prompt[:-1]  # the last token is always read, for its logits
-        best = max(self._free, key=lambda s: _shared_start(self._held[s], head))
-        self._free.remove(best)
-        start = _shared_start(self._held[best], head)
-        busy = [s for s in range(self.n_seq) if s not in self._free and s != best]
-        donor = max(busy, key=lambda s: _shared_start(self._held[s], head), default=None)
-        donated = 0 if donor is None else _shared_start(self._held[donor], head)
-        if donor is not None and donated > start:
-            self._decoder.seq_rm(best, 0)
-            self._decoder.seq_cp(donor, best, donated)
-            start = donated
-        else:
-            self._decoder.seq_rm(best, start)
-        self._held[best] = prompt[:start]
-        # the other sequences: those holding least (the others' starts stay)
-        others = sorted(self._free, key=lambda s: len(self._held[s]))[: job.request.seqs - 1]
-        for seq in others:
-            self._free.remove(seq)
-        job.seqs = [best, *others]
-        job.read = start
+        """(under the lock) Give `job` its sequences and where its prompt
+        starts reading (as on a fresh start when nothing else is admitted)."""
+        request = job.request
+        idle = not self._jobs
+        job.seqs, job.read = self.sequences.take(request.prompt, request.stable, request.seqs, idle)
         job.admitted = True
         self._jobs.append(job)
         self.cond.notify_all()
@@ -316,7 +276,8 @@ class BatchEngine:
                 self.prompt_tokens_read += plan.n_read
                 if not reading.closed:
                     reading.read += plan.n_read
-                    self._held[reading.seqs[0]] = reading.request.prompt[: reading.read]
+                    held = reading.request.prompt[: reading.read]
+                    self.sequences.read(reading.seqs[0], held, len(plan.entries))
             for i, owner in enumerate(plan.owners):
                 if owner is None or owner.job.closed:
                     continue
@@ -327,7 +288,8 @@ class BatchEngine:
                 run = owner.run
                 run.fed += 1
                 if run.seq >= 0:
-                    self._held[run.seq] = [*owner.job.request.prompt, *run.tokens[: run.fed]]
+                    held = [*owner.job.request.prompt, *run.tokens[: run.fed]]
+                    self.sequences.held[run.seq] = held
                 for layer, row in rows.items():
                     run.last_state[layer] = row
                     run.state_sum[layer] = run.state_sum.get(layer, 0.0) + row.astype(np.float64)
@@ -355,13 +317,11 @@ class BatchEngine:
             k = len(job.branches)
             seq = job.seqs[k]
             if k > 0:
-                self._decoder.seq_rm(seq, 0)
-                self._decoder.seq_cp(job.seqs[0], seq, len(prompt))
+                self.sequences.fork(job.seqs[0], seq, prompt)
             seed = spec.sampling.seed
             run = BranchRun(
                 spec=spec, seq=seq, rng=np.random.default_rng(None if seed is None else [seed, k])
             )
-            self._held[seq] = list(prompt)
             job.branches.append(run)
             self._advance(run, job.first_logits)
 

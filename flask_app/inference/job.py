@@ -102,6 +102,9 @@ class Request:
     spare: int = 0
     # each branch also keeps its state after this many of its tokens
     snapshots: tuple[int, ...] = ()
+    # the prompt's leading tokens every request of its kind shares (the
+    # system turn): read as a step of their own and kept for the next one
+    stable: int = 0
 
     @property
     def seqs(self) -> int:

@@ -137,6 +137,8 @@ class LLM:
         self.slots = Slots(self)
         self._mean_hold = 5.0  # seconds; moving average of a generation, seeds Retry-After
         self._refusal_ids: dict[tuple[str, ...], tuple[int, ...]] = {}
+        # the tokens of a prompt's turns before its last, by those turns
+        self._heads: dict[tuple[tuple[str, str], ...], list[int]] = {}
 
     @property
     def model_id(self) -> str:
@@ -176,6 +178,7 @@ class LLM:
         """
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         prompt = self.backend.tokens(self.backend.render(messages))
+        stable = self._stable_start(prompt, messages)
         first = Branch(ask.sampling, ask.max_tokens, ask.pause_at)
         more = Branch(sample_sampling or ask.sampling, ask.max_tokens, ask.pause_at)
         request = Request(
@@ -184,6 +187,7 @@ class LLM:
             layers=ask.layers,
             refusal_ids=self._refusal_tokens(ask.refusal_starts),
             spare=ask.spare,
+            stable=stable,
         )
         if request.seqs > self.engine.n_seq:
             raise ValueError(
@@ -209,6 +213,23 @@ class LLM:
         generation.waited = time.monotonic() - queued
         generation.started = time.monotonic()
         return generation
+
+    def _stable_start(self, prompt: list[int], messages: Sequence[ChatMessage]) -> int:
+        """How many of `prompt`'s tokens come before its last message (the
+        system turn, a conversation's earlier turns)."""
+        if len(messages) < 2:
+            return 0
+        head = tuple((m["role"], m["content"]) for m in messages[:-1])
+        before = self._heads.get(head)
+        if before is None:
+            before = self.backend.tokens(self.backend.render(messages[:-1]))
+            if len(self._heads) >= 32:
+                self._heads.pop(next(iter(self._heads)))
+            self._heads[head] = before
+        n, most = 0, min(len(prompt), len(before))
+        while n < most and prompt[n] == before[n]:
+            n += 1
+        return n
 
     def _refusal_tokens(self, starts: tuple[str, ...]) -> tuple[int, ...]:
         if starts not in self._refusal_ids:
