@@ -295,6 +295,21 @@ def test_an_idle_request_reads_all_but_its_system_turn_whatever_came_before() ->
     assert steps[-3] == request.stable  # the system turn alone again
 
 
+def test_a_conversations_next_turn_reads_only_what_its_last_turn_did_not() -> None:
+    backend = ScriptedBackend("the reply to it")
+    llm = LLM(backend)
+    engine = engine_of(llm)
+    system = {"role": "system", "content": "a stable system prompt " * 10}
+    first = [system, {"role": "user", "content": "a long first question " * 20}]
+    reply = llm.chat(first)  # type: ignore[arg-type]
+    read = engine.prompt_tokens_read
+    follow_up = [*first, {"role": "assistant", "content": reply}]
+    follow_up.append({"role": "user", "content": "and then?"})
+    llm.chat(follow_up)  # type: ignore[arg-type]
+    assert engine.prompt_tokens_read - read < 15  # not the first question's 80 again
+    assert not backend.requests[-1].fresh and backend.requests[0].fresh
+
+
 def test_greedy_answers_are_the_same_alone_and_beside_others() -> None:
     backend = ScriptedBackend(lambda prompt: f"reply {prompt.split()[1]} done", token_delay=0.005)
     llm = LLM(backend)

@@ -255,7 +255,7 @@ class BatchEngine:
         """(under the lock) Give `job` its sequences and where its prompt
         starts reading (as on a fresh start when nothing else is admitted)."""
         request = job.request
-        idle = not self._jobs
+        idle = not self._jobs and request.fresh
         job.seqs, job.read = self.sequences.take(request.prompt, request.stable, request.seqs, idle)
         job.admitted = True
         self._jobs.append(job)

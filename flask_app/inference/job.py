@@ -105,6 +105,9 @@ class Request:
     # the prompt's leading tokens every request of its kind shares (the
     # system turn): read as a step of their own and kept for the next one
     stable: int = 0
+    # read as on a fresh start when the model is idle (a conversation's
+    # next turn instead keeps the cells of the turns before it)
+    fresh: bool = True
 
     @property
     def seqs(self) -> int:

@@ -179,6 +179,8 @@ class LLM:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         prompt = self.backend.tokens(self.backend.render(messages))
         stable = self._stable_start(prompt, messages)
+        # a conversation's earlier turns: kept from its last turn, not read again
+        fresh = all(m["role"] == "system" for m in messages[:-1])
         first = Branch(ask.sampling, ask.max_tokens, ask.pause_at)
         more = Branch(sample_sampling or ask.sampling, ask.max_tokens, ask.pause_at)
         request = Request(
@@ -188,6 +190,7 @@ class LLM:
             refusal_ids=self._refusal_tokens(ask.refusal_starts),
             spare=ask.spare,
             stable=stable,
+            fresh=fresh,
         )
         if request.seqs > self.engine.n_seq:
             raise ValueError(

@@ -8,9 +8,10 @@ the first step after the cache was emptied, at the cells a fresh read puts
 it in. Where a token's cells sit and which tokens share its step change the
 order of sums, and the quantized kernels round those differences up: an
 answer near a verifier's threshold would otherwise be given or declined by
-what was asked before. A request admitted beside others starts from the
-longest start it shares with any sequence (the system prompt, the same
-passages), and its numbers depend on its neighbours.
+what was asked before. A request admitted beside others, and a
+conversation's next turn (the turns before it are not read again), start
+from the longest start they share with any sequence, and their numbers
+depend on what the cache held.
 
 Only the engine's driver thread calls these, under the engine's lock.
 """
