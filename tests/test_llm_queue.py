@@ -287,7 +287,7 @@ def test_an_idle_request_reads_all_but_its_system_turn_whatever_came_before() ->
     llm.chat(question)  # type: ignore[arg-type]
     # the rest of the first read of this very prompt was not kept
     assert engine.prompt_tokens_read - read == len(request.prompt) - request.stable
-    llm.chat([{"role": "user", "content": "no system turn"}])  # type: ignore[list-item]
+    llm.chat([{"role": "user", "content": "no system turn"}])
     assert backend.requests[-1].stable == 0
     read = engine.prompt_tokens_read
     llm.chat(question)  # type: ignore[arg-type]
