@@ -11,6 +11,7 @@ hands their sequences to the next request at the engine's next step.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from flask_app.inference.errors import LLMCancelled, LLMFailed, LLMOverloaded, L
 from flask_app.inference.generation import Candidate, Generation, Observer, TokenStream
 from flask_app.inference.sampler import DEFAULT as DEFAULT_SAMPLING
 from flask_app.inference.sampler import Sampling
+from flask_app.inference.sequences import shared_start
 from flask_app.malloc_tuning import release_free_memory
 
 __all__ = [
@@ -139,6 +141,7 @@ class LLM:
         self._refusal_ids: dict[tuple[str, ...], tuple[int, ...]] = {}
         # the tokens of a prompt's turns before its last, by those turns
         self._heads: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        self._heads_lock = threading.Lock()  # requests arrive on many threads
 
     @property
     def model_id(self) -> str:
@@ -223,16 +226,15 @@ class LLM:
         if len(messages) < 2:
             return 0
         head = tuple((m["role"], m["content"]) for m in messages[:-1])
-        before = self._heads.get(head)
+        with self._heads_lock:
+            before = self._heads.get(head)
         if before is None:
             before = self.backend.tokens(self.backend.render(messages[:-1]))
-            if len(self._heads) >= 32:
-                self._heads.pop(next(iter(self._heads)))
-            self._heads[head] = before
-        n, most = 0, min(len(prompt), len(before))
-        while n < most and prompt[n] == before[n]:
-            n += 1
-        return n
+            with self._heads_lock:
+                if len(self._heads) >= 32:
+                    self._heads.pop(next(iter(self._heads)))
+                self._heads[head] = before
+        return shared_start(prompt, before)
 
     def _refusal_tokens(self, starts: tuple[str, ...]) -> tuple[int, ...]:
         if starts not in self._refusal_ids:
