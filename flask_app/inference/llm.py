@@ -139,7 +139,7 @@ class LLM:
         self.slots = Slots(self)
         self._mean_hold = 5.0  # seconds; moving average of a generation, seeds Retry-After
         self._refusal_ids: dict[tuple[str, ...], tuple[int, ...]] = {}
-        # the tokens of a prompt's turns before its last, by those turns
+        # the tokens of a prompt's system turn, by that turn
         self._heads: dict[tuple[tuple[str, str], ...], list[int]] = {}
         self._heads_lock = threading.Lock()  # requests arrive on many threads
 
@@ -181,9 +181,9 @@ class LLM:
         """
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         prompt = self.backend.tokens(self.backend.render(messages))
-        stable = self._stable_start(prompt, messages)
         # a conversation's earlier turns: kept from its last turn, not read again
         fresh = all(m["role"] == "system" for m in messages[:-1])
+        stable = self._stable_start(prompt, messages) if fresh else 0
         first = Branch(ask.sampling, ask.max_tokens, ask.pause_at)
         more = Branch(sample_sampling or ask.sampling, ask.max_tokens, ask.pause_at)
         request = Request(
@@ -222,7 +222,7 @@ class LLM:
 
     def _stable_start(self, prompt: list[int], messages: Sequence[ChatMessage]) -> int:
         """How many of `prompt`'s tokens come before its last message (the
-        system turn, a conversation's earlier turns)."""
+        system turn)."""
         if len(messages) < 2:
             return 0
         head = tuple((m["role"], m["content"]) for m in messages[:-1])

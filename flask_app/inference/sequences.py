@@ -75,8 +75,7 @@ class Sequences:
         if not idle:
             self._reading_fresh = None  # its cells may land before that start's
         best, start = self._take_idle(prompt, stable) if idle else self._take_busy(prompt)
-        self.free.remove(best)
-        self.held[best] = prompt[:start]
+        self.free.remove(best)  # holds prompt[:start] now
         others = sorted(self.free, key=lambda s: len(self.held[s]))[: count - 1]
         for seq in others:
             self.free.remove(seq)
