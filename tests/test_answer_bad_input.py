@@ -18,6 +18,7 @@ from flask_app.rag.verifier import Gate
 from flask_app.settings import Settings
 from tests import stores
 from tests.verifiers import scripted_verifier
+from tests.waiting import until_ready
 
 NOTE = "The spare key is with the neighbour at number 12."
 LUCID = "/ai/prediction/rag/llama-3-8b-instruct"
@@ -43,9 +44,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> FlaskClient:
         json={"path": "notes.md", "content_type": "text/markdown", "text": NOTE},
     )
     assert r.status_code == 202
-    for _ in range(500):
-        if client.get("/namespaces/home/collections/notes").get_json()["status"] == "ready":
-            break
+    until_ready(client, "/namespaces/home/collections/notes")
     return client
 
 

@@ -25,6 +25,7 @@ from flask_app.rag.answer import AnswerStream
 from flask_app.settings import Settings
 from tests import stores
 from tests.test_error_walk import EXAMPLES
+from tests.waiting import until_ready
 
 NOTE = "The spare key is with the neighbour at number 12."
 
@@ -50,9 +51,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Flask:
         json={"path": "notes.md", "content_type": "text/markdown", "text": NOTE},
     )
     assert r.status_code == 202
-    for _ in range(500):
-        if client.get("/namespaces/home/collections/notes").get_json()["status"] == "ready":
-            break
+    until_ready(client, "/namespaces/home/collections/notes")
     return app
 
 

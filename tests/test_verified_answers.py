@@ -20,6 +20,7 @@ from flask_app.rag.verifier import Gate, Verifier, VerifierError, verifier_path
 from flask_app.settings import Settings
 from tests import stores
 from tests.verifiers import scripted_verifier, verifier_dict
+from tests.waiting import until_ready
 
 WRONG = "The bridge opened in 1990."
 RIGHT = "The bridge opened in 1998."
@@ -166,10 +167,7 @@ def test_every_surface_answers_and_declines_through_the_verifier(tmp_path: Path)
             json={"path": "bridge.md", "content_type": "text/markdown", "text": DOCS[0]["text"]},
         )
         assert r.status_code == 202
-        for _ in range(200):
-            info = client.get("/namespaces/ops/collections/notes").get_json()
-            if info["status"] == "ready":
-                break
+        until_ready(client, "/namespaces/ops/collections/notes")
         body = client.post(
             "/namespaces/ops/collections/notes:answer", json={"query": QUESTION}
         ).get_json()
