@@ -105,6 +105,18 @@ def test_the_planted_direction_is_found_and_the_file_rebuilds_bit_for_bit(
     assert p_right > 0.8 > 0.2 > p_wrong
 
 
+def test_a_probe_of_mean_states_pauses_candidates_where_the_rows_mean_ends(
+    rows: Path, tmp_path: Path
+) -> None:
+    chosen = verifier_fit.choose(LLM, ("mean",))
+    assert chosen["reads"] == "mean" and chosen["dev_auc"] > 0.9
+    (tmp_path / "choices.json").write_text(json.dumps({LLM: chosen}))
+    built = json.loads(verifier_fit.build(LLM).read_text())
+    assert built["correct"]["reads"] == "mean"
+    # the rows' longest answers are 3 tokens: their means read the first 2
+    assert built["policy"]["candidate_tokens"] == 2
+
+
 def test_the_decline_target_decides_the_threshold(rows: Path) -> None:
     train, devs = verifier_fit.train_rows(LLM), verifier_fit.dev_rows(LLM)
     x, y, _, _ = verifier_fit.candidate_table(train, "last", 8, LLM)

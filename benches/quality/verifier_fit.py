@@ -680,6 +680,13 @@ def answerable_entry(llm: str, prompt: Probe | None) -> dict[str, Any] | None:
     return {"layer": prompt.layer, "reads": "prompt", "weights": weights, "bias": bias}
 
 
+def fed_tokens(rows: Rows) -> int:
+    """How many of an answer's tokens the rows' mean states average: all but
+    the last of the longest (the last is sampled, never read); the server
+    pauses its candidates there so that its mean is the same one."""
+    return int(max(c["tokens"] for row in rows.questions for c in row["candidates"])) - 1
+
+
 def build(llm: str) -> Path:
     """The verifier file of `llm`, from the train rows and the choice on dev."""
     choice = json.loads(CHOICES.read_text())[llm]
@@ -714,7 +721,9 @@ def build(llm: str) -> Path:
     weights, bias = probe.folded()
     preset = PRESETS[llm]
     served = preset.files()[preset.default_quant]
-    candidate_tokens = int(reads[2:]) if reads.startswith("at") else 64
+    candidate_tokens = (
+        int(reads[2:]) if reads.startswith("at") else fed_tokens(train) if reads == "mean" else 64
+    )
     data = {
         "format": verifier.FORMAT,
         "preset": llm,
