@@ -8,6 +8,7 @@ instead of truncating them silently.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -144,6 +145,8 @@ class LlamaEmbedder:
             n_threads_batch=self._threads,
             verbose=False,
         )
+        # freed at exit before the interpreter's teardown (llama_backend._free)
+        weakref.finalize(self, self._llama.close)
         self._model_id = model_id_from_metadata(self._llama.metadata, path)
         if self._encoder is not None:
             self._dim = self._encoder.dim

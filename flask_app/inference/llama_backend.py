@@ -5,6 +5,7 @@ batch engine decodes together."""
 from __future__ import annotations
 
 import ctypes
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,15 @@ class LlamaDecoder:
         return bytes(buf.raw[:n])
 
 
+def _free(engine: BatchEngine | None, llama: Any, *_keep: Any) -> None:
+    """Stop the engine (its step done), then free the context and the model.
+    Left to `Llama.__del__` at the interpreter's teardown, `llama_free` now
+    and then crashed a process whose work was done (SIGSEGV, exit -11)."""
+    if engine is not None:
+        engine.stop()
+    llama.close()
+
+
 class LlamaBackend:
     """A GGUF chat model: tokenizer, chat template and (unless `vocab_only`)
     one context of `n_ctx` cells shared by `n_seq` sequences, decoded by a
@@ -150,6 +160,7 @@ class LlamaBackend:
         self.replica_count = 1
         self.engine: BatchEngine | None = None
         if vocab_only:
+            self._free = weakref.finalize(self, _free, None, self._llama)
             return
         self.n_layers = int(llama_cpp.llama_model_n_layer(self._llama._model.model))
         tap = hidden_state.HiddenStateTap()
@@ -164,6 +175,8 @@ class LlamaBackend:
         self.engine = BatchEngine(
             LlamaDecoder(self._llama, tap, n_seq), n_seq=n_seq, n_batch=N_BATCH
         )
+        # at close, when collected, or at exit before the teardown
+        self._free = weakref.finalize(self, _free, self.engine, self._llama, tap)
 
     @property
     def model_id(self) -> str:
@@ -197,5 +210,4 @@ class LlamaBackend:
         return str(rendered.prompt)
 
     def close(self) -> None:
-        if self.engine is not None:
-            self.engine.stop()
+        self._free()
