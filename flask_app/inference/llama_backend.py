@@ -95,7 +95,8 @@ class LlamaDecoder:
 
 
 def _free(engine: BatchEngine | None, llama: Any, *_keep: Any) -> None:
-    """Stop the engine (its step done), then free the context and the model.
+    """Stop the engine (its step done), then free the context and the model
+    (`_keep`: what must outlive them, the hidden-state callback).
     Left to `Llama.__del__` at the interpreter's teardown, `llama_free` now
     and then crashed a process whose work was done (SIGSEGV, exit -11)."""
     if engine is not None:
@@ -160,7 +161,7 @@ class LlamaBackend:
         self.replica_count = 1
         self.engine: BatchEngine | None = None
         if vocab_only:
-            self._free = weakref.finalize(self, _free, None, self._llama)
+            self._freed = weakref.finalize(self, _free, None, self._llama)
             return
         self.n_layers = int(llama_cpp.llama_model_n_layer(self._llama._model.model))
         tap = hidden_state.HiddenStateTap()
@@ -176,7 +177,7 @@ class LlamaBackend:
             LlamaDecoder(self._llama, tap, n_seq), n_seq=n_seq, n_batch=N_BATCH
         )
         # at close, when collected, or at exit before the teardown
-        self._free = weakref.finalize(self, _free, self.engine, self._llama, tap)
+        self._freed = weakref.finalize(self, _free, self.engine, self._llama, tap)
 
     @property
     def model_id(self) -> str:
@@ -210,4 +211,4 @@ class LlamaBackend:
         return str(rendered.prompt)
 
     def close(self) -> None:
-        self._free()
+        self._freed()  # once: later calls do nothing
