@@ -11,6 +11,7 @@ from flask.testing import FlaskClient
 def until_ready(client: FlaskClient, collection: str, seconds: float = 30.0) -> None:
     """Poll `collection` (its URL path) until its status is "ready"."""
     deadline = time.monotonic() + seconds
+    status = None
     while time.monotonic() < deadline:
         status = client.get(collection).get_json()["status"]
         if status == "ready":

@@ -680,11 +680,16 @@ def answerable_entry(llm: str, prompt: Probe | None) -> dict[str, Any] | None:
     return {"layer": prompt.layer, "reads": "prompt", "weights": weights, "bias": bias}
 
 
-def fed_tokens(rows: Rows) -> int:
-    """How many of an answer's tokens the rows' mean states average: all but
-    the last of the longest (the last is sampled, never read); the server
-    pauses its candidates there so that its mean is the same one."""
-    return int(max(c["tokens"] for row in rows.questions for c in row["candidates"])) - 1
+def candidate_tokens(reads: str, rows: Rows) -> int:
+    """Where the server pauses each candidate to read it as the rows did:
+    after n tokens for "at<n>"; for "mean", after all but the last of the
+    rows' longest answer (the last is sampled, never read), so that its mean
+    is theirs; else at 64."""
+    if reads.startswith("at"):
+        return int(reads[2:])
+    if reads == "mean":
+        return int(max(c["tokens"] for row in rows.questions for c in row["candidates"])) - 1
+    return 64
 
 
 def build(llm: str) -> Path:
@@ -721,9 +726,6 @@ def build(llm: str) -> Path:
     weights, bias = probe.folded()
     preset = PRESETS[llm]
     served = preset.files()[preset.default_quant]
-    candidate_tokens = (
-        int(reads[2:]) if reads.startswith("at") else fed_tokens(train) if reads == "mean" else 64
-    )
     data = {
         "format": verifier.FORMAT,
         "preset": llm,
@@ -741,7 +743,7 @@ def build(llm: str) -> Path:
             "threshold": t,
             "samples": choice["samples"],
             "temperature": 0.8,
-            "candidate_tokens": candidate_tokens,
+            "candidate_tokens": candidate_tokens(reads, train),
             "accept": accept,
             "skip_below": None,
             "first_margin": FIRST_MARGIN,

@@ -10,8 +10,8 @@ hands their sequences to the next request at the engine's next step.
 
 from __future__ import annotations
 
+import functools
 import math
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -139,9 +139,9 @@ class LLM:
         self.slots = Slots(self)
         self._mean_hold = 5.0  # seconds; moving average of a generation, seeds Retry-After
         self._refusal_ids: dict[tuple[str, ...], tuple[int, ...]] = {}
-        # the tokens of a prompt's system turn, by that turn
-        self._heads: dict[tuple[tuple[str, str], ...], list[int]] = {}
-        self._heads_lock = threading.Lock()  # requests arrive on many threads
+        # the tokens of a prompt's system turn, by that turn (lru_cache locks:
+        # requests arrive on many threads)
+        self._turns_tokens = functools.lru_cache(maxsize=32)(self._tokens_of_turns)
 
     @property
     def model_id(self) -> str:
@@ -225,16 +225,12 @@ class LLM:
         system turn)."""
         if len(messages) < 2:
             return 0
-        head = tuple((m["role"], m["content"]) for m in messages[:-1])
-        with self._heads_lock:
-            before = self._heads.get(head)
-        if before is None:
-            before = self.backend.tokens(self.backend.render(messages[:-1]))
-            with self._heads_lock:
-                if len(self._heads) >= 32:
-                    self._heads.pop(next(iter(self._heads)))
-                self._heads[head] = before
-        return shared_start(prompt, before)
+        turns = tuple((m["role"], m["content"]) for m in messages[:-1])
+        return shared_start(prompt, self._turns_tokens(turns))
+
+    def _tokens_of_turns(self, turns: tuple[tuple[str, str], ...]) -> list[int]:
+        messages: list[ChatMessage] = [{"role": r, "content": c} for r, c in turns]
+        return self.backend.tokens(self.backend.render(messages))
 
     def _refusal_tokens(self, starts: tuple[str, ...]) -> tuple[int, ...]:
         if starts not in self._refusal_ids:
