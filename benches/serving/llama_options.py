@@ -66,10 +66,15 @@ def variant(name: str) -> Iterator[None]:
         module.llama_model_default_params, package.Llama = default_params, llama_class
 
 
-def prompt_read_s(decoder: Decoder, tokens: list[int]) -> float:
-    """Seconds to read `tokens` into an empty sequence 0, in the server's step size."""
+def empty(decoder: Decoder) -> None:
     for seq in range(max(SIZES)):
         decoder.seq_rm(seq, 0)
+
+
+def prompt_read_s(decoder: Decoder, tokens: list[int]) -> float:
+    """Seconds to read `tokens` into an empty sequence 0, in batches of the
+    context's micro-batch (llama.cpp reads a larger batch in those too)."""
+    empty(decoder)
     started = time.perf_counter()
     last = len(tokens) - 1
     for at in range(0, len(tokens), N_UBATCH):
@@ -89,7 +94,7 @@ def measure(path: Path, name: str) -> dict[str, Any]:
         tokens = backend.tokens(PROMPT * repeats)
         reads = [prompt_read_s(decoder, tokens) for _ in range(3)]
         result[f"read_{len(tokens)}_tokens_s"] = min(reads)
-    prompt_read_s(decoder, [])  # empties the cache for the steps
+    empty(decoder)
     result.update(step_costs(decoder, backend.tokens(PROMPT), SIZES))
     backend.close()
     return result
