@@ -350,3 +350,37 @@ def test_sequences_a_chosen_answer_gave_back_are_not_freed_again_when_it_closes(
         assert not held_by_second & free, (held_by_second, free)
     assert "".join(second.stream(0)) == "one two three four five six"
     second.close()
+
+
+def test_refusal_words_and_a_system_turn_are_tokenized_once_across_requests() -> None:
+    backend = ScriptedBackend("fine.")
+    calls = {"first_tokens": 0, "tokens": 0}
+    first_tokens, tokens = backend.first_tokens, backend.tokens
+
+    def counted_first_tokens(words):  # type: ignore[no-untyped-def]
+        calls["first_tokens"] += 1
+        return first_tokens(words)
+
+    def counted_tokens(text):  # type: ignore[no-untyped-def]
+        calls["tokens"] += 1
+        return tokens(text)
+
+    backend.first_tokens = counted_first_tokens  # type: ignore[method-assign]
+    backend.tokens = counted_tokens  # type: ignore[method-assign]
+    llm = LLM(backend)
+    ask = Ask(max_tokens=4, sampling=GREEDY, refusal_starts=("I", "Sorry"))
+    for n in range(3):
+        messages = [
+            {"role": "system", "content": "Answer from the passages."},
+            {"role": "user", "content": f"question {n}"},
+        ]
+        generation = llm.generate(messages, ask)  # type: ignore[arg-type]
+        generation.settle()
+        generation.close()
+    # each request tokenizes its own prompt; the system turn and the refusal
+    # words only once
+    assert calls == {"first_tokens": 1, "tokens": 3 + 1}
+    other = llm.generate(MESSAGES, Ask(max_tokens=4, refusal_starts=("No",)))  # type: ignore[arg-type]
+    other.settle()
+    other.close()
+    assert calls["first_tokens"] == 2

@@ -138,10 +138,11 @@ class LLM:
         self.observer: Observer | None = None
         self.slots = Slots(self)
         self._mean_hold = 5.0  # seconds; moving average of a generation, seeds Retry-After
-        self._refusal_ids: dict[tuple[str, ...], tuple[int, ...]] = {}
-        # the tokens of a prompt's system turn, by that turn (lru_cache locks:
-        # requests arrive on many threads)
+        # the tokens of a prompt's system turn, by that turn, and of the
+        # refusal starts, by those starts (lru_cache locks: requests arrive on
+        # many threads)
         self._turns_tokens = functools.lru_cache(maxsize=32)(self._tokens_of_turns)
+        self._refusal_tokens = functools.lru_cache(maxsize=8)(self._first_tokens_of)
 
     @property
     def model_id(self) -> str:
@@ -228,14 +229,12 @@ class LLM:
         turns = tuple((m["role"], m["content"]) for m in messages[:-1])
         return shared_start(prompt, self._turns_tokens(turns))
 
-    def _tokens_of_turns(self, turns: tuple[tuple[str, str], ...]) -> list[int]:
+    def _tokens_of_turns(self, turns: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
         messages: list[ChatMessage] = [{"role": r, "content": c} for r, c in turns]
-        return self.backend.tokens(self.backend.render(messages))
+        return tuple(self.backend.tokens(self.backend.render(messages)))
 
-    def _refusal_tokens(self, starts: tuple[str, ...]) -> tuple[int, ...]:
-        if starts not in self._refusal_ids:
-            self._refusal_ids[starts] = self.backend.first_tokens(starts) if starts else ()
-        return self._refusal_ids[starts]
+    def _first_tokens_of(self, starts: tuple[str, ...]) -> tuple[int, ...]:
+        return self.backend.first_tokens(starts) if starts else ()
 
     def _closed(self, generation: Generation) -> None:
         held = time.monotonic() - generation.started
