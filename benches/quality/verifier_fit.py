@@ -44,6 +44,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
 from benches.quality.candidates import LAYERS, MEAN_LAYERS, cache_dir
+from benches.quality.served_answer import cut, served_tokens
 from flask_app.inference.presets import PRESETS
 from flask_app.rag import verifier
 from flask_app.rag.choice import is_answer
@@ -251,14 +252,14 @@ def features(
     per-question logits `prompt_oof` when given (out of fold)."""
     x, y, qs, cs = candidate_table(rows, probe.reads, probe.layer, llm, samples)
     names = [n for n in COMBINED if n != "answerable"]
+    served = served_tokens(probe.reads)
     values: dict[str, list[float]] = {name: [] for name in names}
     for qi, ci in zip(qs, cs, strict=True):
         row = rows.questions[int(qi)]
         shown = row["candidates"][: None if samples is None else samples + 1]
-        texts = [c["text"].strip() for c in shown]
-        text = texts[int(ci)]
-        others = [t for j, t in enumerate(texts) if j != ci]
-        logprobs = shown[int(ci)].get("logprobs") or []
+        held = [cut(llm, c, served) for c in shown]
+        text, logprobs = held[int(ci)]
+        others = [t for j, (t, _) in enumerate(held) if j != ci]
         found = {
             "agreement": verifier.agreement(text, others),
             "logprob": float(np.mean(logprobs)) if logprobs else None,
