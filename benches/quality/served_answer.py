@@ -14,20 +14,23 @@ from typing import Any
 
 import llama_cpp
 
+from flask_app.inference.llama_runtime import route_llama_logs
 from flask_app.inference.presets import PRESETS
+from flask_app.rag import verifier
 from flask_app.settings import Settings
 
 
 def served_tokens(reads: str) -> int | None:
     """How many of a candidate's tokens the server holds when it reads it
     (None: all of them)."""
-    return int(reads[2:]) + 1 if reads.startswith("at") else None
+    return verifier.held_tokens(int(reads[2:])) if reads.startswith("at") else None
 
 
 @functools.lru_cache(maxsize=2)
 def _vocabulary(llm: str) -> llama_cpp.Llama:
     settings = Settings.load({}, os.environ)
     path = PRESETS[llm].path(settings.model_dir, settings.quant)
+    route_llama_logs()
     return llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
 
 

@@ -297,9 +297,7 @@ class AnswerStream:
                 seed=self._seed(),
             )
             clock = time.monotonic()
-            generation.spawn(
-                verifier.samples, sampling, self._config.max_tokens, verifier.candidate_tokens + 1
-            )
+            generation.spawn(verifier.samples, sampling, self._config.max_tokens, verifier.pause_at)
             candidates = generation.settle()
             writing, clock = writing + time.monotonic() - clock, time.monotonic()
             scored = verify(verifier, candidates, self._answerability, self._source())
@@ -380,9 +378,7 @@ def open_answer(
             max_tokens=config.max_tokens,
             sampling=replace(GREEDY, stop=question.sampling.stop),
             spare=verifier.samples,
-            # the verifier reads the state of the candidate_tokens-th token:
-            # it is decoded when the next one is drawn
-            pause_at=verifier.candidate_tokens + 1,
+            pause_at=verifier.pause_at,
             layers=verifier.layers(),
             refusal_starts=question.form.refusal_starts,
         )

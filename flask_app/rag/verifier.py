@@ -111,6 +111,12 @@ def grounded(text: str, source: str) -> float | None:
     return sum(word in held for word in said) / len(said)
 
 
+def held_tokens(read_after: int) -> int:
+    """The tokens a candidate holds when the state after `read_after` of them
+    is read: one more (a token's state is computed as the next is drawn)."""
+    return read_after + 1
+
+
 @dataclass(frozen=True)
 class Scored:
     """One candidate with the verifier's reading of it."""
@@ -145,6 +151,11 @@ class Verifier:
     # the greedy answer is chosen unless another is likelier by more than this
     first_margin: float = 0.0
     path: Path | None = field(default=None, compare=False)
+
+    @property
+    def pause_at(self) -> int:
+        """Where each candidate pauses for the choice: held_tokens(candidate_tokens)."""
+        return held_tokens(self.candidate_tokens)
 
     @property
     def layer(self) -> int:
