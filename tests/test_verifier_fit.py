@@ -1,7 +1,8 @@
-"""benches/quality/verifier_fit.py on rows shaped like the collector's, with
-a planted direction in the hidden states that tells right answers from
-wrong ones: it is found, the file rebuilds bit for bit from the same rows,
-and the server reads the file back."""
+"""benches/quality/verifier_fit.py (its rows, model and simulated serving
+too) on rows shaped like the collector's, with a planted direction in the
+hidden states that tells right answers from wrong ones: it is found, the
+file rebuilds bit for bit from the same rows, and the server reads the
+file back."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benches.quality import candidates, verifier_fit
+from benches.quality import candidates, verifier_fit, verifier_model, verifier_rows
+from benches.quality import verifier_serving as serving
 from flask_app.inference.presets import PRESETS
 from flask_app.rag import verifier
 
@@ -72,7 +74,7 @@ def rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     write_rows(root, "squad", "train", 1, sets=6)
     write_rows(root, "squad", "dev", 2)
     write_rows(root, "sets", "dev", 3, sets=2)
-    monkeypatch.setattr(verifier_fit, "cache_dir", lambda: root)
+    monkeypatch.setattr(verifier_rows, "cache_dir", lambda: root)
     monkeypatch.setattr(verifier_fit, "CHOICES", tmp_path / "choices.json")
     monkeypatch.setattr(verifier, "PROBES", tmp_path / "probes")
     monkeypatch.setattr(verifier_fit, "READS", ("last", "at8"))
@@ -118,19 +120,19 @@ def test_a_probe_of_mean_states_pauses_candidates_where_the_rows_mean_ends(
 
 
 def test_the_decline_target_decides_the_threshold(rows: Path) -> None:
-    train, devs = verifier_fit.train_rows(LLM), verifier_fit.dev_rows(LLM)
-    x, y, _, _ = verifier_fit.candidate_table(train, "last", 8, LLM)
-    probe = verifier_fit.fit_probe(x, y, "last", 8, 0.1)
-    picks = {f: verifier_fit.choices(r, probe, LLM, 2, None) for f, r in devs.items()}
-    t = verifier_fit.threshold_for(LLM, devs, picks)
+    train, devs = verifier_rows.train_rows(LLM), verifier_rows.dev_rows(LLM)
+    x, y, _, _ = verifier_rows.candidate_table(train, "last", 8, LLM)
+    probe = verifier_model.fit_probe(x, y, "last", 8, 0.1)
+    picks = {f: serving.choices(r, probe, LLM, 2, None) for f, r in devs.items()}
+    t = serving.threshold_for(LLM, devs, picks)
     assert t is not None
-    for family, target in verifier_fit.TARGETS[LLM].items():
-        assert verifier_fit.outcome(devs[family], picks[family], t).declined_share >= target
+    for family, target in serving.TARGETS[LLM].items():
+        assert serving.outcome(devs[family], picks[family], t).declined_share >= target
     # a threshold just below it misses a target: it is the lowest that meets them
     lower = max(p for f in picks for p, _ in picks[f] if p is not None and p < t)
     assert any(
-        verifier_fit.outcome(devs[f], picks[f], lower).declined_share
-        < verifier_fit.TARGETS[LLM][f] + verifier_fit.MARGIN
+        serving.outcome(devs[f], picks[f], lower).declined_share
+        < serving.TARGETS[LLM][f] + serving.MARGIN
         for f in devs
     )
 
@@ -142,7 +144,7 @@ def answerable_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     write_rows(root, "squad", "train", 1, sets=6, answerable_axis=True)
     write_rows(root, "squad", "dev", 2, answerable_axis=True)
     write_rows(root, "sets", "dev", 3, sets=2, answerable_axis=True)
-    monkeypatch.setattr(verifier_fit, "cache_dir", lambda: root)
+    monkeypatch.setattr(verifier_rows, "cache_dir", lambda: root)
     monkeypatch.setattr(verifier_fit, "CHOICES", tmp_path / "choices.json")
     monkeypatch.setattr(verifier, "PROBES", tmp_path / "probes")
     monkeypatch.setattr(verifier_fit, "READS", ("last",))
@@ -222,7 +224,7 @@ def test_the_floor_is_added_to_the_file_as_it_stands_and_costs_few_right_answers
     assert built.answerable is not None and built.skip_below == floor
     # on dev, the floor declines many unanswerable questions and few right greedy answers
     lost, declined = [], []
-    for rows in verifier_fit.dev_rows(LLM).values():
+    for rows in verifier_rows.dev_rows(LLM).values():
         at = candidates.LAYERS[LLM].index(built.answerable.layer)
         below = np.array(
             [built.answerability({built.answerable.layer: s[at]}) < floor for s in rows.prompt]

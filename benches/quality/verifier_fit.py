@@ -8,7 +8,9 @@ Rows come from `benches.quality.candidates` (CACHE/verifier/<preset>/): per
 question its candidates (the greedy answer first, then the sampled ones),
 each graded right, wrong or a refusal, with the hidden states the server can
 read. A refusal is never chosen, so the probe learns right against wrong on
-the others; an unanswerable question's every answer is wrong.
+the others; an unanswerable question's every answer is wrong. The rows are
+read by `verifier_rows`, the probe and its second stage fitted by
+`verifier_model`, and serving simulated on them by `verifier_serving`.
 
 - `layers`: the AUC, right against wrong on dev, of a probe fitted on train
   for each state the rows hold (the last token's at each layer, the mean
@@ -30,424 +32,41 @@ the others; an unanswerable question's every answer is wrong.
 from __future__ import annotations
 
 import argparse
-import functools
-import hashlib
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import roc_auc_score
 
-from benches.quality.candidates import LAYERS, MEAN_LAYERS, cache_dir
-from benches.quality.served_answer import cut, served_tokens
+from benches.quality.candidates import LAYERS, MEAN_LAYERS
+from benches.quality.verifier_model import (
+    COMBINED,
+    Model,
+    Probe,
+    auc,
+    calibrate,
+    features,
+    fit_probe,
+    fit_prompt_probe,
+    fit_second_stage,
+    out_of_fold_logits,
+    prompt_out_of_fold,
+    prompt_table,
+    shipped_prompt_probe,
+    stage_one,
+)
+from benches.quality.verifier_rows import Array, Rows, candidate_table, dev_rows, train_rows
+from benches.quality.verifier_serving import (
+    FIRST_MARGIN,
+    choices,
+    dev_right,
+    outcome,
+    reliability,
+    threshold_for,
+)
 from flask_app.inference.presets import PRESETS
 from flask_app.rag import verifier
-from flask_app.rag.choice import is_answer
-
-FAMILIES = ("squad", "sets")
-# the greedy answer is chosen unless a sampled one is likelier by more than
-# this (`benches/quality/choice_rules.py`: on dev, 0.05 to 0.08 answered as
-# many right with fewer wrong than 0 on SQuAD, the same on our sets)
-FIRST_MARGIN = 0.05
-Array = npt.NDArray[np.float64]
-
-
-@dataclass
-class Rows:
-    """Every question of some splits: its row and its states."""
-
-    questions: list[dict[str, Any]]
-    states: dict[str, npt.NDArray[np.float16]]  # key -> (question, candidate, layer, dim)
-    prompt: npt.NDArray[np.float16]  # (question, layer, dim)
-    files: list[Path]
-
-    def digest(self) -> str:
-        h = hashlib.sha256()
-        for path in self.files:
-            h.update(path.read_bytes())
-        return h.hexdigest()
-
-
-def load(llm: str, family: str, split: str, root: Path | None = None) -> Rows:
-    base = (root or cache_dir()) / llm / family / split
-    questions: list[dict[str, Any]] = []
-    states: dict[str, list[npt.NDArray[np.float16]]] = {}
-    prompts = []
-    files: list[Path] = []
-    for where in sorted(p for p in base.glob("*") if (p / "rows.jsonl").is_file()):
-        rows = [json.loads(line) for line in (where / "rows.jsonl").read_text().splitlines()]
-        with np.load(where / "states.npz") as held:
-            for key in held.files:
-                if key != "prompt":
-                    states.setdefault(key, []).append(held[key])
-            prompts.append(held["prompt"])
-        for row in rows:
-            row["group"] = f"{family}/{where.name}"
-        questions += rows
-        files += [where / "rows.jsonl", where / "states.npz"]
-    if not questions:
-        raise SystemExit(f"no rows under {base}: run benches.quality.candidates first")
-    stacked = {k: np.concatenate(v) for k, v in states.items()}
-    return Rows(questions, stacked, np.concatenate(prompts), files)
-
-
-def state_key(reads: str, layer: int, llm: str) -> tuple[str, int]:
-    """Where a state is in the rows: (array key, layer index)."""
-    if reads == "mean":
-        return "mean", MEAN_LAYERS[llm].index(layer)
-    return reads, LAYERS[llm].index(layer)
-
-
-def refusal(text: str, query: str) -> bool:
-    """What the server never chooses (rag.choice.is_answer): empty answers,
-    refusals, the question's own words."""
-    from benches.quality.rag_eval import is_refusal
-
-    return not is_answer(text.strip(), query) or is_refusal(text)
-
-
-def candidate_table(
-    rows: Rows, reads: str, layer: int, llm: str, samples: int | None = None
-) -> tuple[Array, Array, np.ndarray, np.ndarray]:
-    """(states, labels, question index, candidate index) of every candidate
-    that is an answer (not a refusal), among the first 1 + `samples`."""
-    key, at = state_key(reads, layer, llm)
-    held = rows.states[key]
-    xs, ys, qs, cs = [], [], [], []
-    for qi, row in enumerate(rows.questions):
-        for ci, cand in enumerate(row["candidates"]):
-            if samples is not None and ci > samples:
-                break
-            if refusal(cand["text"], row["query"]):
-                continue
-            xs.append(held[qi, ci, at])
-            ys.append(cand["grade"] == "right")
-            qs.append(qi)
-            cs.append(ci)
-    return (
-        np.asarray(xs, dtype=np.float64),
-        np.asarray(ys, dtype=np.float64),
-        np.asarray(qs),
-        np.asarray(cs),
-    )
-
-
-@dataclass(frozen=True)
-class Probe:
-    """A standardised logistic regression over one state."""
-
-    reads: str
-    layer: int
-    mean: Array
-    scale: Array
-    coef: Array
-    intercept: float
-
-    def logits(self, x: Array) -> Array:
-        return ((x - self.mean) / self.scale) @ self.coef + self.intercept
-
-    def folded(self) -> tuple[list[float], float]:
-        """Weights and bias over the raw state (the standardisation folded in)."""
-        w = self.coef / self.scale
-        return [float(v) for v in w], float(self.intercept - np.dot(w, self.mean))
-
-
-def fit_probe(x: Array, y: Array, reads: str, layer: int, c: float) -> Probe:
-    mean = x.mean(axis=0)
-    scale = x.std(axis=0)
-    scale[scale == 0] = 1.0
-    model = LogisticRegression(C=c, max_iter=2000, tol=1e-6)
-    model.fit((x - mean) / scale, y)
-    return Probe(
-        reads, layer, mean, scale, model.coef_[0].astype(np.float64), float(model.intercept_[0])
-    )
-
-
-def auc(y: Array, score: Array) -> float:
-    return float(roc_auc_score(y, score)) if 0 < y.sum() < len(y) else float("nan")
-
-
-# --- the second stage: the probe's logit beside what else the server knows ---------
-
-COMBINED = ("agreement", "logprob", "grounded", "answerable")
-
-
-def shipped_prompt_probe(llm: str) -> dict[str, Any] | None:
-    """The answerability probe over the prompt's last token that the preset's
-    shipped file carries, as the file holds it (None: it has none); a rebuilt
-    file carries it on unchanged."""
-    path = verifier.verifier_path(llm)
-    if not path.is_file():
-        return None
-    return _answerable_entry(path, path.stat().st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=4)
-def _answerable_entry(path: Path, _mtime_ns: int) -> dict[str, Any] | None:
-    """(read once per version of the file: `features` runs many times)"""
-    held: dict[str, Any] | None = json.loads(path.read_text()).get("answerable")
-    return held
-
-
-def answerability_logits(rows: Rows, llm: str, qs: np.ndarray) -> Array:
-    """The shipped prompt probe's logit for each question of `qs`, as the
-    server computes it (NaN: no probe, or its layer not in the rows)."""
-    held = shipped_prompt_probe(llm)
-    if held is None or held["layer"] not in LAYERS[llm]:
-        return np.full(len(qs), np.nan)
-    probe = verifier.LinearProbe.from_dict(held)
-    at = LAYERS[llm].index(probe.layer)
-    return np.array([probe.logit(rows.prompt[int(q), at].astype(np.float32)) for q in qs])
-
-
-def prompt_table(rows: Rows, llm: str, layer: int) -> tuple[Array, Array]:
-    """Per question: the prompt's last-token state at `layer`, and whether
-    its greedy answer is right (an unanswerable question's never is)."""
-    x = rows.prompt[:, LAYERS[llm].index(layer)].astype(np.float64)
-    y = np.array([row["candidates"][0]["grade"] == "right" for row in rows.questions])
-    return x, y.astype(np.float64)
-
-
-def fit_prompt_probe(rows: Rows, llm: str, layer: int, c: float) -> Probe:
-    """An answerability probe fitted on the rows: the prompt's state -> the
-    greedy answer is right (for a preset whose file ships none)."""
-    x, y = prompt_table(rows, llm, layer)
-    return fit_probe(x, y, "prompt", layer, c)
-
-
-def prompt_out_of_fold(rows: Rows, llm: str, layer: int, c: float) -> Array:
-    """The fitted prompt probe's logit of every train question from a fit without its article."""
-    x, y = prompt_table(rows, llm, layer)
-    groups = np.array([row["group"] for row in rows.questions])
-    return folded_logits(x, y, groups, "prompt", layer, c)
-
-
-def prompt_logits(rows: Rows, llm: str, prompt: Probe | None) -> Array:
-    """Per question: the answerability logit, from the fitted prompt probe
-    when given, else from the shipped one (NaN: neither)."""
-    if prompt is None:
-        return answerability_logits(rows, llm, np.arange(len(rows.questions)))
-    x, _ = prompt_table(rows, llm, prompt.layer)
-    return prompt.logits(x)
-
-
-def features(
-    rows: Rows,
-    llm: str,
-    probe: Probe,
-    samples: int | None,
-    logits: Array | None = None,
-    prompt: Probe | None = None,
-    prompt_oof: Array | None = None,
-) -> tuple[dict[str, Array], Array, np.ndarray, np.ndarray]:
-    """Per candidate of `candidate_table` (same order): each feature the
-    verifier may weigh (NaN: not measurable), its label, question and
-    candidate index. `logits`: the probe's, when given (out of fold);
-    `prompt`: a fitted answerability probe (else the shipped one), its
-    per-question logits `prompt_oof` when given (out of fold)."""
-    x, y, qs, cs = candidate_table(rows, probe.reads, probe.layer, llm, samples)
-    names = [n for n in COMBINED if n != "answerable"]
-    served = served_tokens(probe.reads)
-    values: dict[str, list[float]] = {name: [] for name in names}
-    for qi, ci in zip(qs, cs, strict=True):
-        row = rows.questions[int(qi)]
-        shown = row["candidates"][: None if samples is None else samples + 1]
-        held = [cut(llm, c, served) for c in shown]
-        text, logprobs = held[int(ci)]
-        others = [t for j, (t, _) in enumerate(held) if j != ci]
-        found = {
-            "agreement": verifier.agreement(text, others),
-            "logprob": float(np.mean(logprobs)) if logprobs else None,
-            "grounded": verifier.grounded(text, row.get("prompt", "")),
-        }
-        for name in names:
-            value = found[name]
-            values[name].append(np.nan if value is None else float(value))
-    out = {name: np.asarray(v, dtype=np.float64) for name, v in values.items()}
-    per_question = prompt_oof if prompt_oof is not None else prompt_logits(rows, llm, prompt)
-    out["answerable"] = per_question[qs] if len(qs) else np.zeros(0)
-    out["correct"] = probe.logits(x) if logits is None else logits
-    return out, y, qs, cs
-
-
-@dataclass(frozen=True)
-class Model:
-    """What the file holds: the probe, and the weights of the second stage."""
-
-    probe: Probe
-    weights: dict[str, float]  # by feature ("correct": the probe's logit)
-    bias: float
-    fill: dict[str, float]  # a feature that cannot be measured takes this
-    prompt: Probe | None = None  # the answerability probe fitted beside it (None: shipped)
-
-    def probabilities(
-        self, rows: Rows, llm: str, samples: int | None
-    ) -> tuple[Array, np.ndarray, np.ndarray]:
-        values, _, qs, cs = features(rows, llm, self.probe, samples, prompt=self.prompt)
-        z = np.full(len(qs), self.bias)
-        for name, weight in self.weights.items():
-            column = values[name]
-            z += weight * np.where(np.isnan(column), self.fill.get(name, 0.0), column)
-        return 1 / (1 + np.exp(-z)), qs, cs
-
-    def scaled(self, a: float, b: float) -> Model:
-        """sigmoid(a * z + b) instead of sigmoid(z): calibrated."""
-        return Model(
-            self.probe,
-            {k: a * w for k, w in self.weights.items()},
-            a * self.bias + b,
-            self.fill,
-            self.prompt,
-        )
-
-
-def stage_one(probe: Probe) -> Model:
-    return Model(probe, {"correct": 1.0}, 0.0, {})
-
-
-def out_of_fold_logits(rows: Rows, reads: str, layer: int, llm: str, c: float) -> Array:
-    """The probe's logit of every train candidate from a fit without its article."""
-    x, y, qs, _ = candidate_table(rows, reads, layer, llm)
-    groups = np.array([rows.questions[int(q)]["group"] for q in qs])
-    return folded_logits(x, y, groups, reads, layer, c)
-
-
-def folded_logits(
-    x: Array, y: Array, groups: np.ndarray, reads: str, layer: int, c: float
-) -> Array:
-    """Each row's logit from a probe fitted without its group (5 folds by article)."""
-    from sklearn.model_selection import GroupKFold
-
-    out = np.zeros(len(y))
-    for train, held in GroupKFold(5).split(x, y, groups):
-        out[held] = fit_probe(x[train], y[train], reads, layer, c).logits(x[held])
-    return out
-
-
-def fit_second_stage(
-    rows: Rows,
-    llm: str,
-    probe: Probe,
-    oof: Array,
-    names: Sequence[str],
-    prompt: Probe | None = None,
-    prompt_oof: Array | None = None,
-) -> Model:
-    """Weights for the probe's (out-of-fold) logit and `names`, fitted on train
-    (`prompt`, `prompt_oof`: a fitted answerability probe and its out-of-fold logits)."""
-    values, y, _, _ = features(rows, llm, probe, None, oof, prompt, prompt_oof)
-    fill = {name: float(np.nanmean(values[name])) for name in names}
-    columns = ["correct", *names]
-    matrix = np.column_stack(
-        [np.where(np.isnan(values[n]), fill.get(n, 0.0), values[n]) for n in columns]
-    )
-    model = LogisticRegression(C=1.0, max_iter=2000, tol=1e-8)
-    model.fit(matrix, y)
-    weights = {n: float(w) for n, w in zip(columns, model.coef_[0], strict=True)}
-    return Model(probe, weights, float(model.intercept_[0]), fill, prompt)
-
-
-# --- serving, simulated ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Outcome:
-    answerable: int
-    right: int
-    wrong: int  # of the answerable ones, answered wrong
-    unanswerable: int
-    declined: int  # of the unanswerable ones
-
-    @property
-    def right_share(self) -> float:
-        return self.right / max(1, self.answerable)
-
-    @property
-    def wrong_share(self) -> float:
-        return self.wrong / max(1, self.answerable)
-
-    @property
-    def declined_share(self) -> float:
-        return self.declined / max(1, self.unanswerable)
-
-
-def choices(
-    rows: Rows, model: Model | Probe, llm: str, samples: int, accept: float | None
-) -> list[tuple[float | None, str | None]]:
-    """Per question, as served: (the chosen answer's P(right), its grade);
-    (None, None) when every candidate was a refusal."""
-    if isinstance(model, Probe):
-        model = stage_one(model)
-    p, qs, cs = model.probabilities(rows, llm, samples)
-    by_question: dict[int, list[tuple[int, float]]] = {}
-    for qi, ci, pi in zip(qs, cs, p, strict=True):
-        by_question.setdefault(int(qi), []).append((int(ci), float(pi)))
-    out: list[tuple[float | None, str | None]] = []
-    for qi, row in enumerate(rows.questions):
-        scored = by_question.get(qi, [])
-        greedy = next((pi for ci, pi in scored if ci == 0), None)
-        if accept is not None and greedy is not None and greedy >= accept:
-            scored = [(0, greedy)]
-        if not scored:
-            out.append((None, None))
-            continue
-        ci, pi = max(scored, key=lambda t: (t[1], -t[0]))
-        if greedy is not None and pi - greedy <= FIRST_MARGIN:
-            ci, pi = 0, greedy
-        out.append((pi, row["candidates"][ci]["grade"]))
-    return out
-
-
-def outcome(
-    rows: Rows, chosen: Sequence[tuple[float | None, str | None]], threshold: float
-) -> Outcome:
-    answerable = right = wrong = unanswerable = declined = 0
-    for row, (p, grade) in zip(rows.questions, chosen, strict=True):
-        answered = p is not None and p >= threshold
-        if row["expected"] is None:
-            unanswerable += 1
-            declined += not answered
-        else:
-            answerable += 1
-            right += answered and grade == "right"
-            wrong += answered and grade != "right"
-    return Outcome(answerable, right, wrong, unanswerable, declined)
-
-
-def subset(rows: Rows, keep: Iterable[int]) -> Rows:
-    idx = list(keep)
-    return Rows(
-        [rows.questions[i] for i in idx],
-        {k: v[idx] for k, v in rows.states.items()},
-        rows.prompt[idx],
-        rows.files,
-    )
-
-
-def client_prompted(row: dict[str, Any]) -> bool:
-    return bool(row.get("header_prompt") or row.get("footer_prompt"))
-
-
-# --- commands --------------------------------------------------------------------
-
-
-def train_rows(llm: str) -> Rows:
-    return load(llm, "squad", "train")
-
-
-def dev_rows(llm: str) -> dict[str, Rows]:
-    out = {}
-    for family in FAMILIES:
-        try:
-            out[family] = load(llm, family, "dev")
-        except SystemExit:
-            continue
-    return out
 
 
 def layers_table(llm: str, c: float) -> None:
@@ -493,36 +112,13 @@ def frontier(llm: str, reads: str, layer: int, c: float, accept: float | None) -
 
 # --- choosing on dev, building the file ---------------------------------------------
 
-# the share of unanswerable dev questions declined that the threshold must
-# reach on every family (the issue's targets, and a margin for test)
-TARGETS = {
-    "qwen2.5-coder-0.5b": {"squad": 0.85, "sets": 0.80},
-    "qwen2.5-coder-1.5b": {"squad": 0.90, "sets": 0.90},
-}
-MARGIN = 0.02
 CHOICES = Path(__file__).with_name("verifier_choices.json")
 READS = ("last", "at8", "at16", "mean")
 CS = (0.001, 0.01, 0.1)
 SAMPLES = (0, 1, 2, 3, 5)
-ACCEPTS = (None, 0.9, 0.8)
-
-
-def threshold_for(
-    llm: str, devs: dict[str, Rows], chosen: dict[str, list[tuple[float | None, str | None]]]
-) -> float | None:
-    """The lowest threshold declining at least the target (+ margin) of every
-    family's unanswerable dev questions (None: none does)."""
-    values = sorted({p for picks in chosen.values() for p, _ in picks if p is not None})
-    for t in [0.0, *values, 1.0 + 1e-9]:
-        if all(
-            outcome(devs[f], chosen[f], t).declined_share >= TARGETS[llm][f] + MARGIN for f in devs
-        ):
-            return t
-    return None
-
-
-def dev_right(devs: dict[str, Rows], chosen: dict[str, Any], t: float) -> dict[str, Outcome]:
-    return {f: outcome(devs[f], chosen[f], t) for f in devs}
+# cheapest first: an accept point writes samples only below it, so on a tie
+# the one that writes fewer is kept
+ACCEPTS = (0.8, 0.9, None)
 
 
 def policy_for(
@@ -652,25 +248,6 @@ def choose(
     if "answerable" in chosen[4]:
         out.update(prompt_choice)
     return out
-
-
-def calibrate(logits: Array, right: Array) -> tuple[float, float]:
-    """(a, b) with sigmoid(a * logit + b) calibrated on the chosen answers."""
-    model = LogisticRegression(C=1e6, max_iter=1000, tol=1e-8)
-    model.fit(logits.reshape(-1, 1), right)
-    return float(model.coef_[0][0]), float(model.intercept_[0])
-
-
-def reliability(p: Array, right: Array) -> list[str]:
-    lines = []
-    for lo in np.arange(0.0, 1.0, 0.2):
-        sel = (p >= lo) & (p < lo + 0.2 + (1e-9 if lo >= 0.8 else 0))
-        if sel.sum():
-            lines.append(
-                f"  P {lo:.1f}-{lo + 0.2:.1f}: {int(sel.sum()):5} answers, "
-                f"{right[sel].mean():.0%} right (mean P {p[sel].mean():.2f})"
-            )
-    return lines
 
 
 def answerable_entry(llm: str, prompt: Probe | None) -> dict[str, Any] | None:
