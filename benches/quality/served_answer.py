@@ -20,10 +20,16 @@ from flask_app.rag import verifier
 from flask_app.settings import Settings
 
 
+def read_after(reads: str) -> int | None:
+    """n for a state read after n tokens ("at<n>"); None for the others."""
+    return int(reads[2:]) if reads.startswith("at") else None
+
+
 def served_tokens(reads: str) -> int | None:
     """How many of a candidate's tokens the server holds when it reads it
     (None: all of them)."""
-    return verifier.held_tokens(int(reads[2:])) if reads.startswith("at") else None
+    n = read_after(reads)
+    return None if n is None else verifier.held_tokens(n)
 
 
 @functools.lru_cache(maxsize=2)

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from benches.quality.candidates import LAYERS, MEAN_LAYERS
+from benches.quality.served_answer import read_after
 from benches.quality.verifier_model import (
     COMBINED,
     Model,
@@ -263,8 +264,9 @@ def candidate_tokens(reads: str, rows: Rows) -> int:
     after n tokens for "at<n>"; for "mean", after all but the last of the
     rows' longest answer (the last is sampled, never read), so that its mean
     is theirs; else at 64."""
-    if reads.startswith("at"):
-        return int(reads[2:])
+    n = read_after(reads)
+    if n is not None:
+        return n
     if reads == "mean":
         return int(max(c["tokens"] for row in rows.questions for c in row["candidates"])) - 1
     return 64
