@@ -384,3 +384,26 @@ def test_refusal_words_and_a_system_turn_are_tokenized_once_across_requests() ->
     other.settle()
     other.close()
     assert calls["first_tokens"] == 2
+
+
+def test_the_llm_is_freed_by_its_last_reference_alone() -> None:
+    """No reference cycle holds the LLM (its slots, its token caches): it
+    goes when its owner lets go, not at some later garbage collection."""
+    import gc
+    import weakref
+
+    llm = LLM(ScriptedBackend("Paris."))
+    system = [{"role": "system", "content": "Be brief."}, *MESSAGES]
+    ask = Ask(max_tokens=8, sampling=GREEDY, refusal_starts=("I don't",))
+    generation = llm.generate(system, ask)  # type: ignore[arg-type]
+    assert "".join(generation.stream()) == "Paris."
+    generation.close()
+    del generation
+    assert llm.slots.capacity >= 1
+    gone = weakref.ref(llm)
+    gc.disable()
+    try:
+        del llm
+        assert gone() is None
+    finally:
+        gc.enable()

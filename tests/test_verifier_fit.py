@@ -119,6 +119,19 @@ def test_a_probe_of_mean_states_pauses_candidates_where_the_rows_mean_ends(
     assert built["policy"]["candidate_tokens"] == 2
 
 
+def test_small_store_rows_join_the_train_rows_and_fold_with_their_article(rows: Path) -> None:
+    before = verifier_rows.train_rows(LLM)
+    write_rows(rows, "squad-small", "train", 4, sets=2)
+    after = verifier_rows.train_rows(LLM)
+    assert len(after.questions) == len(before.questions) + 60
+    assert all(v.shape[0] == len(after.questions) for v in after.states.values())
+    assert after.prompt.shape[0] == len(after.questions)
+    # the same article's small store folds with its long one
+    assert {q["group"] for q in after.questions} == {q["group"] for q in before.questions}
+    assert after.digest() != before.digest()
+    assert verifier_rows.dev_rows(LLM).keys() == {"squad", "sets"}
+
+
 def test_the_decline_target_decides_the_threshold(rows: Path) -> None:
     train, devs = verifier_rows.train_rows(LLM), verifier_rows.dev_rows(LLM)
     x, y, _, _ = verifier_rows.candidate_table(train, "last", 8, LLM)

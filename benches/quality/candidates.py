@@ -274,6 +274,9 @@ def main() -> None:
     parser.add_argument("--llm", choices=list(PRESETS), required=True)
     parser.add_argument("--split", choices=["train", "dev", "test"], required=True)
     parser.add_argument("--sets", nargs="+", help="evaluation sets by name (default: SQuAD)")
+    parser.add_argument(
+        "--small", action="store_true", help="SQuAD's stores of 2 paragraphs (squad build --small)"
+    )
     parser.add_argument("--max-sets", type=int, help="at most this many sets (in order)")
     parser.add_argument("--skip-sets", type=int, default=0, help="start after this many sets")
     parser.add_argument("--samples", type=int, default=5)
@@ -287,8 +290,8 @@ def main() -> None:
     if args.sets:
         family, specs = "sets", [str(eval_sets.EVAL / name) for name in args.sets]
     else:
-        family = "squad"
-        specs = [str(p) for p in squad.set_dirs(squad.default_dir(), args.split)]
+        family = "squad-small" if args.small else "squad"
+        specs = [str(p) for p in squad.set_dirs(squad.default_dir(), args.split, args.small)]
     specs = specs[args.skip_sets :][: args.max_sets]
     with collector(args.llm, args.samples) as c:
         done = 0

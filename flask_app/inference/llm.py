@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypedDict
@@ -88,7 +89,14 @@ class Slots:
     """How busy the model is, for /status, metrics and the ingestion worker."""
 
     def __init__(self, llm: LLM) -> None:
-        self._llm = llm
+        self._owner = weakref.ref(llm)  # owned by the LLM: no cycle to keep it alive
+
+    @property
+    def _llm(self) -> LLM:
+        llm = self._owner()
+        if llm is None:
+            raise ReferenceError("the LLM these slots belonged to is gone")
+        return llm
 
     @property
     def waiting(self) -> int:
@@ -140,9 +148,13 @@ class LLM:
         self._mean_hold = 5.0  # seconds; moving average of a generation, seeds Retry-After
         # the tokens of a prompt's system turn, by that turn, and of the
         # refusal starts, by those starts (lru_cache locks: requests arrive on
-        # many threads)
-        self._turns_tokens = functools.lru_cache(maxsize=32)(self._tokens_of_turns)
-        self._refusal_tokens = functools.lru_cache(maxsize=8)(self._first_tokens_of)
+        # many threads); over the backend alone, so the LLM is in no cycle
+        self._turns_tokens = functools.lru_cache(maxsize=32)(
+            functools.partial(_tokens_of_turns, backend)
+        )
+        self._refusal_tokens = functools.lru_cache(maxsize=8)(
+            functools.partial(_first_tokens_of, backend)
+        )
 
     @property
     def model_id(self) -> str:
@@ -229,13 +241,6 @@ class LLM:
         turns = tuple((m["role"], m["content"]) for m in messages[:-1])
         return shared_start(prompt, self._turns_tokens(turns))
 
-    def _tokens_of_turns(self, turns: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
-        messages: list[ChatMessage] = [{"role": r, "content": c} for r, c in turns]
-        return tuple(self.backend.tokens(self.backend.render(messages)))
-
-    def _first_tokens_of(self, starts: tuple[str, ...]) -> tuple[int, ...]:
-        return self.backend.first_tokens(starts) if starts else ()
-
     def _closed(self, generation: Generation) -> None:
         held = time.monotonic() - generation.started
         self._mean_hold = 0.8 * self._mean_hold + 0.2 * held
@@ -275,3 +280,12 @@ class LLM:
 
     def close(self) -> None:
         self.engine.stop()
+
+
+def _tokens_of_turns(backend: Backend, turns: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+    messages: list[ChatMessage] = [{"role": r, "content": c} for r, c in turns]
+    return tuple(backend.tokens(backend.render(messages)))
+
+
+def _first_tokens_of(backend: Backend, starts: tuple[str, ...]) -> tuple[int, ...]:
+    return backend.first_tokens(starts) if starts else ()
