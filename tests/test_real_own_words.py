@@ -72,15 +72,9 @@ def preset_of(base: str) -> str:
 KNOWN_WRONG = {
     ("qwen2.5-coder-0.5b", "What is the door code for the office?", True): (
         "on a CPU without AVX-512 the 0.5B's verifier passed 'The door code for the office "
-        "guest Wi-Fi network is Calder-Guest.' (docs/limits.md); its answerability floor "
-        "(0.05) reads this prompt at 0.047 on AVX-512 kernels, so either outcome on AVX2's",
+        "guest Wi-Fi network is Calder-Guest.' (docs/limits.md), recorded with an earlier "
+        "verifier; AVX2's kernels were not run with this one, so either outcome there",
         False,
-    ),
-    ("qwen2.5-coder-0.5b", "How fast is the guest Wi-Fi?", False): (
-        "read on the client's own prompt, the 0.5B writes 'The guest Wi-Fi is 10:00 to "
-        "18:00.' and its answer probe gives it P 0.89; the answerability floor reads the "
-        "prompt above 0.05 (docs/answer-quality.md, Limits)",
-        True,
     ),
 }
 

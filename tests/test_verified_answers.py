@@ -15,8 +15,9 @@ from flask_app.app import create_app
 from flask_app.inference.fakes import HashEmbedder, ScriptedBackend
 from flask_app.inference.llm import LLM
 from flask_app.inference.presets import PRESETS
+from flask_app.rag.choice import choose
 from flask_app.rag.prompts import NO_CONTEXT_ANSWER
-from flask_app.rag.verifier import Gate, Verifier, VerifierError, verifier_path
+from flask_app.rag.verifier import Gate, Scored, Verifier, VerifierError, verifier_path
 from flask_app.settings import Settings
 from tests import stores
 from tests.verifiers import scripted_verifier, verifier_dict
@@ -251,19 +252,46 @@ def test_a_question_whose_answer_is_its_own_words_is_answered(
     assert body["answer"] == answer
 
 
-@pytest.mark.parametrize(("margin", "chosen"), [(0.0, RIGHT), (0.05, WRONG)])
-def test_a_sampled_answer_replaces_the_greedy_one_only_when_likelier_by_the_margin(
-    tmp_path: Path, margin: float, chosen: str
+@pytest.mark.parametrize(
+    ("scored", "chosen"),
+    [
+        # one answer written twice outweighs a likelier one written once
+        (
+            [
+                (0, "Manchester United won.", 0.555),
+                (1, "Chelsea won.", 0.78),
+                (2, "manchester united  won!", 0.556),
+            ],
+            (0, 0.556),
+        ),
+        ([(0, "In 1990.", 0.5), (1, "In 1998.", 0.7)], (1, 0.7)),
+        ([(0, "In 1990.", 0.6), (1, "In 1998.", 0.6)], (0, 0.6)),  # a tie: the greedy one
+        # a refusal and the question's own words are never chosen
+        ([(0, NO_CONTEXT_ANSWER, 0.9), (1, "In 1998.", 0.3)], (1, 0.3)),
+        ([(0, "The Harlow Bridge opened.", 0.9), (1, "In 1998.", 0.3)], (1, 0.3)),
+        ([(0, NO_CONTEXT_ANSWER, 0.9)], None),
+    ],
+)
+def test_the_answer_whose_candidates_sum_likeliest_is_chosen(
+    scored: list[tuple[int, str, float]], chosen: tuple[int, float] | None
 ) -> None:
+    best = choose([Scored(*s) for s in scored], "When did the Harlow Bridge open?")
+    assert (None if best is None else (best.index, best.probability)) == chosen
+    if best is not None:
+        assert best.text == scored[best.index][1]
+
+
+def test_a_sampled_answer_replaces_the_greedy_one_when_likelier(tmp_path: Path) -> None:
     """P(greedy) = sigmoid(1.0) = 0.731, P(sample) = sigmoid(1.1) = 0.750."""
     backend = ScriptedBackend(
         WRONG,
-        candidates=lambda prompt: [(WRONG, 0.9), (RIGHT, 0.1)],
+        candidates=lambda prompt: [(RIGHT, 1.0)],
         answer_state=lambda prompt, answer: [0.275 if "1998" in answer else 0.25],
     )
-    app, _ = build(tmp_path, backend, samples=6, first_margin=margin)
+    app, _ = build(tmp_path, backend, samples=1)
     body = app.test_client().post("/answer", json={"query": QUESTION}).get_json()
-    assert body["answer"] == chosen
+    assert body["answer"] == RIGHT
+    assert body["answerable_probability"] == pytest.approx(0.750, abs=1e-3)
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))

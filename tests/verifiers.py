@@ -18,7 +18,6 @@ def verifier_dict(
     answerable: bool = False,
     candidate_tokens: int = 32,
     layer: int = 3,
-    first_margin: float = 0.0,
 ) -> dict[str, Any]:
     """A verifier over a 1-float state: P(right) = sigmoid(weight * state)."""
     out: dict[str, Any] = {
@@ -34,7 +33,6 @@ def verifier_dict(
             "candidate_tokens": candidate_tokens,
             "accept": accept,
             "skip_below": skip_below,
-            "first_margin": first_margin,
         },
     }
     if answerable:

@@ -59,7 +59,6 @@ from benches.quality.verifier_model import (
 )
 from benches.quality.verifier_rows import Array, Rows, candidate_table, dev_rows, train_rows
 from benches.quality.verifier_serving import (
-    FIRST_MARGIN,
     choices,
     dev_right,
     outcome,
@@ -125,8 +124,9 @@ ACCEPTS = (0.8, 0.9, None)
 def policy_for(
     llm: str, devs: dict[str, Rows], model: Model, samples_options: Sequence[int]
 ) -> tuple[float, int, float | None, float] | None:
-    """The samples and accept point with the most right answers on dev at the
-    decline target: (mean right share, samples, accept, threshold)."""
+    """The samples and accept point with the most right answers less wrong
+    ones on dev at the decline target (a wrong answer costs a user what a
+    right one gains): (mean net share, samples, accept, threshold)."""
     best: tuple[float, int, float | None, float] | None = None
     stage_two = set(model.weights) != {"correct"}
     for samples in samples_options:
@@ -140,16 +140,16 @@ def policy_for(
             if t is None:
                 continue
             outcomes = dev_right(devs, picks, t)
-            right = float(np.mean([o.right_share for o in outcomes.values()]))
+            net = float(np.mean([o.right_share - o.wrong_share for o in outcomes.values()]))
             shown = ", ".join(
                 f"{f} {o.right_share:.1%} right / {o.wrong_share:.1%} wrong / "
                 f"{o.declined_share:.1%} declined"
                 for f, o in outcomes.items()
             )
-            print(f"  K {samples} accept {accept}: t {t:.3f}: {shown}", flush=True)
+            print(f"  K {samples} accept {accept}: t {t:.3f}: {shown}; net {net:.1%}", flush=True)
             # a sample more must buy a point: each costs time to first token
-            if best is None or right > best[0] + 0.01 * (samples - best[1]):
-                best = (right, samples, accept, t)
+            if best is None or net > best[0] + 0.01 * (samples - best[1]):
+                best = (net, samples, accept, t)
     return best
 
 
@@ -191,7 +191,8 @@ def choose(
 ) -> dict[str, Any]:
     """Stage by stage on dev: the state (among `reads_options`) and C by AUC;
     then, with the probe alone and beside each set of the other features,
-    the samples and accept point by the right answers at the decline target.
+    the samples and accept point by the right answers less the wrong ones
+    at the decline target.
     `fit_answerable`: the answerability feature is a prompt probe fitted on
     the rows (layer and C by dev AUC), not the one the shipped file carries."""
     train, devs = train_rows(llm), dev_rows(llm)
@@ -326,7 +327,6 @@ def build(llm: str) -> Path:
             "candidate_tokens": candidate_tokens(reads, train),
             "accept": accept,
             "skip_below": None,
-            "first_margin": FIRST_MARGIN,
         },
         "trained": {
             "rows": f"benches.quality.candidates --llm {llm} (SQuAD v1.1 train, CC BY-SA 4.0)",

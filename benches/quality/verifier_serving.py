@@ -12,11 +12,8 @@ import numpy as np
 
 from benches.quality.verifier_model import Model, Probe, stage_one
 from benches.quality.verifier_rows import Array, Rows
+from flask_app.rag.choice import pooled
 
-# the greedy answer is chosen unless a sampled one is likelier by more than
-# this (`benches/quality/choice_rules.py`: on dev, 0.05 to 0.08 answered as
-# many right with fewer wrong than 0 on SQuAD, the same on our sets)
-FIRST_MARGIN = 0.05
 # the share of unanswerable dev questions declined that the threshold must
 # reach on every family (the issue's targets, and a margin for test)
 TARGETS = {
@@ -50,8 +47,8 @@ class Outcome:
 def choices(
     rows: Rows, model: Model | Probe, llm: str, samples: int, accept: float | None
 ) -> list[tuple[float | None, str | None]]:
-    """Per question, as served: (the chosen answer's P(right), its grade);
-    (None, None) when every candidate was a refusal."""
+    """Per question, as served (`rag.choice.pooled`): (the chosen answer's
+    P(right), its grade); (None, None) when every candidate was a refusal."""
     if isinstance(model, Probe):
         model = stage_one(model)
     p, qs, cs = model.probabilities(rows, llm, samples)
@@ -64,13 +61,13 @@ def choices(
         greedy = next((pi for ci, pi in scored if ci == 0), None)
         if accept is not None and greedy is not None and greedy >= accept:
             scored = [(0, greedy)]
-        if not scored:
+        texts = row["candidates"]
+        chosen = pooled([(ci, texts[ci]["text"].strip(), pi) for ci, pi in scored])
+        if chosen is None:
             out.append((None, None))
             continue
-        ci, pi = max(scored, key=lambda t: (t[1], -t[0]))
-        if greedy is not None and pi - greedy <= FIRST_MARGIN:
-            ci, pi = 0, greedy
-        out.append((pi, row["candidates"][ci]["grade"]))
+        ci, pi = chosen
+        out.append((pi, texts[ci]["grade"]))
     return out
 
 

@@ -15,11 +15,11 @@ labels, refusal).
 3. **Verify**: the verifier reads the hidden state at the answer's last
    token and says how likely it is right. Below `accept`, a few sampled
    answers are written from the same read of the prompt and scored too.
-4. **Choose**: the likeliest right answer that is not a refusal nor the
-   question's own words (the greedy one unless another is likelier by more
-   than the verifier's `first_margin`); below the threshold, the surface's
-   own decline. Its probability is the confidence
-   every surface reports.
+4. **Choose**: among the candidates that are not a refusal nor the
+   question's own words, the answer whose probabilities sum highest (one
+   written twice counts twice; `rag/choice.py`); below the threshold, the
+   surface's own decline. Its probability is the confidence every surface
+   reports.
 5. **Send**: the chosen answer's text, then the rest of it if it was longer
    than `candidate_tokens`, as the model writes it.
 
@@ -305,7 +305,7 @@ class AnswerStream:
         self._timing["candidates"] = writing
         self._timing["verify"] = checking
         self._written = len(candidates)
-        best = choose(scored, query, verifier.first_margin)
+        best = choose(scored, query)
         self._confidence = None if best is None else best.probability
         if best is None or best.probability < self._config.threshold:
             return None

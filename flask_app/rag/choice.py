@@ -1,10 +1,12 @@
-"""Which of an answer's candidates is sent: each scored by the verifier,
-the likeliest right one that is an answer (not a refusal, not the
-question's own words), the greedy one unless another is clearly likelier."""
+"""Which of an answer's candidates is sent: each scored by the verifier;
+among those that are answers (not a refusal, not the question's own
+words), the one whose candidates' probabilities sum highest, the same
+answer written twice counted together."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from flask_app.inference.llm import Candidate
 from flask_app.rag import prompts
@@ -60,16 +62,33 @@ def is_answer(text: str, query: str) -> bool:
     return bool(text) and not prompts.is_refusal(text) and not restates(text, query)
 
 
-def choose(scored: list[Scored], query: str, first_margin: float = 0.0) -> Scored | None:
-    """The likeliest right candidate that is an answer (stage 4); the first
-    (greedy) one unless another is likelier by more than `first_margin`."""
-    answers = [s for s in scored if is_answer(s.text, query)]
-    best = max(answers, key=lambda s: s.probability, default=None)
-    first = next((s for s in answers if s.index == 0), None)
-    if (
-        best is not None
-        and first is not None
-        and best.probability - first.probability <= first_margin
-    ):
-        return first
-    return best
+def same_answer(text: str) -> str:
+    """What two candidates share when they say the same in the same words
+    (case, punctuation and spacing aside)."""
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def pooled(entries: Sequence[tuple[int, str, float]]) -> tuple[int, float] | None:
+    """Of (index, text, P(right)) entries, the answer whose entries' P sum
+    highest (ties: the earliest, the greedy one first) as (its earliest
+    index, its likeliest P): the model writing an answer again is evidence
+    for it. On dev it answered as many right less wrong as the likeliest
+    single candidate, with fewer wrong (docs/answer-quality.md)."""
+    groups: dict[str, list[tuple[int, float]]] = {}
+    for index, text, p in entries:
+        groups.setdefault(same_answer(text), []).append((index, p))
+    if not groups:
+        return None
+    best = max(groups.values(), key=lambda g: (sum(p for _, p in g), -min(i for i, _ in g)))
+    return min(i for i, _ in best), max(p for _, p in best)
+
+
+def choose(scored: list[Scored], query: str) -> Scored | None:
+    """The chosen candidate among those that are answers (stage 4), with
+    the probability of its answer (`pooled`)."""
+    answers = {s.index: s for s in scored if is_answer(s.text, query)}
+    chosen = pooled([(s.index, s.text, s.probability) for s in answers.values()])
+    if chosen is None:
+        return None
+    index, probability = chosen
+    return Scored(index, answers[index].text, probability)

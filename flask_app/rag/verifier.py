@@ -148,8 +148,6 @@ class Verifier:
     candidate_tokens: int
     accept: float | None = None  # no samples when the greedy answer reaches this
     skip_below: float | None = None  # no answer written when answerability is below this
-    # the greedy answer is chosen unless another is likelier by more than this
-    first_margin: float = 0.0
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -231,7 +229,6 @@ class Verifier:
                 skip_below=None
                 if policy.get("skip_below") is None
                 else float(policy["skip_below"]),
-                first_margin=float(policy.get("first_margin", 0.0)),
                 path=path,
             )
         except (KeyError, TypeError, ValueError) as exc:
