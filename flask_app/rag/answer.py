@@ -12,9 +12,10 @@ labels, refusal).
    surface's form (its system prompt, labels and refusal).
 2. **Propose**: the prompt is read once; the model writes its greedy answer
    and stops at `candidate_tokens` for a choice.
-3. **Verify**: the verifier reads the hidden state at the answer's last
-   token and says how likely it is right. Below `accept`, a few sampled
-   answers are written from the same read of the prompt and scored too.
+3. **Verify**: the verifier reads the model's hidden state over the
+   answer's tokens (where, its file says) and says how likely it is right.
+   Below `accept`, a few sampled answers are written from the same read of
+   the prompt and scored too.
 4. **Choose**: among the candidates that are not a refusal nor the
    question's own words, the answer whose probabilities sum highest (one
    written twice counts twice; `rag/choice.py`); below the threshold, the
