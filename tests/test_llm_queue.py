@@ -401,9 +401,12 @@ def test_the_llm_is_freed_by_its_last_reference_alone() -> None:
     del generation
     assert llm.slots.capacity >= 1
     gone = weakref.ref(llm)
+    slots = llm.slots  # held elsewhere (the embedder asks it when to lend cores)
     gc.disable()
     try:
         del llm
         assert gone() is None
     finally:
         gc.enable()
+    assert slots.holders == 0 and slots.waiting == 0 and not slots.busy
+    assert slots.max_waiters == 0

@@ -86,43 +86,41 @@ class Ask:
 
 
 class Slots:
-    """How busy the model is, for /status, metrics and the ingestion worker."""
+    """How busy the model is, for /status, metrics and the ingestion worker.
+    It reads the engine and backend, and its LLM only weakly (its queue's
+    size): the LLM owns it, so no cycle keeps the LLM alive."""
 
     def __init__(self, llm: LLM) -> None:
-        self._owner = weakref.ref(llm)  # owned by the LLM: no cycle to keep it alive
-
-    @property
-    def _llm(self) -> LLM:
-        llm = self._owner()
-        if llm is None:
-            raise ReferenceError("the LLM these slots belonged to is gone")
-        return llm
+        self._engine = llm.engine
+        self._backend = llm.backend
+        self._owner = weakref.ref(llm)
 
     @property
     def waiting(self) -> int:
-        return self._llm.engine.waiting
+        return self._engine.waiting
 
     @property
     def busy(self) -> bool:
         """No request could start now: every sequence is taken, or some wait."""
-        engine = self._llm.engine
+        engine = self._engine
         return engine.busy_seqs >= engine.n_seq or engine.waiting > 0
 
     @property
     def holders(self) -> int:
-        return self._llm.engine.active
+        return self._engine.active
 
     @property
     def capacity(self) -> int:
-        return self._llm.engine.n_seq
+        return self._engine.n_seq
 
     @property
     def max_waiters(self) -> int:
-        return self._llm.max_waiters
+        llm = self._owner()
+        return 0 if llm is None else llm.max_waiters
 
     @property
     def replicas(self) -> int:
-        return self._llm.backend.replica_count
+        return self._backend.replica_count
 
 
 class LLM:
