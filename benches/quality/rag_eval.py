@@ -580,7 +580,7 @@ def main() -> None:
         parser.error(str(exc))
     names = [s.name for s in chosen]
     # SQuAD's articles, by --squad or given by their directories, are their own family
-    built = (squad.default_dir() / "sets").resolve()
+    built = squad.sets_dir(squad.default_dir()).resolve()
     squad_names = frozenset(
         s.name
         for spec, s in zip(specs, chosen, strict=True)

@@ -326,10 +326,14 @@ def build(train_file: Path, out: Path, small: bool = False) -> dict[str, Any]:
     return summary
 
 
+def sets_dir(directory: Path, small: bool = False) -> Path:
+    """Where `build` writes the sets (`small`: the stores of 2 paragraphs)."""
+    return directory / ("sets-small" if small else "sets")
+
+
 def set_dirs(directory: Path, split: str, small: bool = False) -> list[Path]:
     """The built sets of one split, in a stable order."""
-    base = directory / ("sets-small" if small else "sets") / split
-    return sorted(p for p in base.iterdir() if p.is_dir())
+    return sorted(p for p in (sets_dir(directory, small) / split).iterdir() if p.is_dir())
 
 
 def main() -> None:
@@ -342,8 +346,7 @@ def main() -> None:
     train = fetch(directory)
     print(f"{train}: md5 {TRAIN_MD5}")
     if args.command == "build":
-        out = directory / ("sets-small" if args.small else "sets")
-        print(json.dumps(build(train, out, args.small), indent=1))
+        print(json.dumps(build(train, sets_dir(directory, args.small), args.small), indent=1))
 
 
 if __name__ == "__main__":

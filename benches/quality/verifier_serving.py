@@ -61,13 +61,13 @@ def choices(
         greedy = next((pi for ci, pi in scored if ci == 0), None)
         if accept is not None and greedy is not None and greedy >= accept:
             scored = [(0, greedy)]
-        texts = row["candidates"]
-        chosen = pooled([(ci, texts[ci]["text"].strip(), pi) for ci, pi in scored])
+        cands = row["candidates"]
+        chosen = pooled([(ci, cands[ci]["text"].strip(), pi) for ci, pi in scored])
         if chosen is None:
             out.append((None, None))
             continue
         ci, pi = chosen
-        out.append((pi, texts[ci]["grade"]))
+        out.append((pi, cands[ci]["grade"]))
     return out
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from flask_app.inference.llm import Candidate
 from flask_app.rag import prompts
-from flask_app.rag.text import term_set, terms
+from flask_app.rag.text import term_set, terms, words
 from flask_app.rag.verifier import Scored, Verifier
 
 
@@ -65,7 +65,7 @@ def is_answer(text: str, query: str) -> bool:
 def same_answer(text: str) -> str:
     """What two candidates share when they say the same in the same words
     (case, punctuation and spacing aside)."""
-    return " ".join(re.findall(r"\w+", text.lower()))
+    return " ".join(words(text))
 
 
 def pooled(entries: Sequence[tuple[int, str, float]]) -> tuple[int, float] | None:
